@@ -1,0 +1,399 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Practical 2: a transformer encoder for sentiment classification
+#
+# In this practical you build, piece by piece, the encoder half of the transformer of
+# Vaswani et al. (2017), "Attention Is All You Need", and use it to decide whether an IMDB
+# movie review is positive or negative.
+#
+# The pieces, in the order you write them:
+#
+# 1. `scaled_dot_product`: the attention operation itself.
+# 2. `MaskedEmbedding`: token ids to vectors, with padding set to zero.
+# 3. `MultiheadAttention`: several attention operations side by side.
+# 4. `PositionwiseFeedForward`: a small MLP applied to every token on its own.
+# 5. `EncoderBlock`: attention + feed-forward, each wrapped in a residual connection and a
+#    layer normalisation.
+# 6. `TransformerEncoder`: a stack of encoder blocks, which can also hand back its
+#    attention maps.
+# 7. `PositionalEncoding`: attention ignores word order, so we add the position to each
+#    token vector.
+# 8. `TransformerClassifier`: all of the above, a pooling step over the real (non-padding)
+#    tokens, and one output number (a logit) per review.
+#
+# Shapes are written as `B` batch, `S` sequence length, `D` model width, `h` heads.
+# Every exercise has a graded check: run `pytest -m <exercise>` locally, or the check cell
+# below it in Colab.
+
+# %%
+from __future__ import annotations
+
+import math
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from m2l_nlp.config import ClassifierConfig
+
+# %% [markdown]
+# ## 1. Scaled dot-product attention
+#
+# Every query vector is compared with every key vector by a dot product. Dividing by
+# $\sqrt{d_k}$ keeps these scores from growing with the vector size (large scores would
+# push the softmax into a region where its gradient is almost zero). A softmax over the
+# keys turns the scores of one query into weights that are positive and add up to 1, and
+# the output for that query is the weighted average of the value vectors:
+#
+# $$\mathrm{Attention}(Q, K, V) = \mathrm{softmax}\left(\frac{Q K^\top}{\sqrt{d_k}}\right) V$$
+#
+# A mask says which keys a query may look at (1 = allowed, 0 = hidden). Hidden keys must
+# receive weight exactly 0: replace their scores by a very negative number *before* the
+# softmax. If a whole row is hidden, the result must still be a number, not NaN.
+#
+# Hints: `jnp.swapaxes(k, -1, -2)` transposes the last two axes whatever the leading
+# axes are; `jax.nn.softmax(x, axis=-1)`; `jnp.where(mask, a, b)`;
+# `jnp.finfo(x.dtype).min` is the most negative number of a dtype.
+
+
+# %%
+def scaled_dot_product(
+    q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None = None
+) -> tuple[jax.Array, jax.Array]:
+    """Scaled dot-product attention.
+
+    Args:
+        q: queries, `(..., S_q, d_k)`; any number of leading axes.
+        k: keys, `(..., S_k, d_k)`.
+        v: values, `(..., S_k, d_v)`.
+        mask: optional, broadcastable to `(..., S_q, S_k)`; 0 (or False) hides a key.
+
+    Returns:
+        `(values, attention_weights)`: `(..., S_q, d_v)` and `(..., S_q, S_k)`; each row of
+        the weights sums to 1 over the keys.
+    """
+    # YOUR CODE HERE
+    raise NotImplementedError("scaled_dot_product: not implemented yet")
+
+
+# %% [markdown]
+# ## 2. Masked embedding
+#
+# Reviews have different lengths, so a batch is padded to a common length `S` with the
+# `[PAD]` token, and a mask of shape `(B, S)` marks the real tokens with 1. The embedding
+# looks up one learned vector per token id; for padding positions we return the zero
+# vector, so padding carries no information into the model.
+#
+# Hint: `self.embed(inputs)` gives `(B, S, E)`; `mask[..., None]` has shape `(B, S, 1)`.
+
+
+# %%
+class MaskedEmbedding(hk.Module):
+    """Token embedding that returns zero vectors at padding positions."""
+
+    def __init__(self, vocab_size: int, embed_size: int, name: str | None = None):
+        super().__init__(name=name)
+        self.vocab_size = vocab_size
+        self.embed_size = embed_size
+        self.embed = hk.Embed(vocab_size, embed_size, name="embed")
+
+    def __call__(self, inputs: jax.Array, mask: jax.Array) -> jax.Array:
+        """Embed token ids.
+
+        Args:
+            inputs: token ids, int `(B, S)`.
+            mask: `(B, S)`, 1 for real tokens, 0 for padding.
+
+        Returns:
+            `(B, S, E)`, zero where `mask` is 0.
+        """
+        # YOUR CODE HERE
+        raise NotImplementedError("MaskedEmbedding: not implemented yet")
+
+
+# %% [markdown]
+# ## 3. Multi-head attention
+#
+# One attention operation mixes the values with a single set of weights. Multi-head
+# attention runs `h` of them in parallel on smaller vectors, so that different heads can
+# attend to different things (a negation, the subject of a sentence, ...):
+#
+# 1. project the inputs: `proj_q(q)`, `proj_k(k)`, `proj_v(v)`, each `(B, S, D)`;
+# 2. split the last axis into `h` heads of size `D // h` and move the head axis before
+#    the sequence axis: `(B, S, D) -> (B, S, h, D//h) -> (B, h, S, D//h)`;
+# 3. apply `scaled_dot_product` with the mask broadcast over the heads;
+# 4. undo step 2, `(B, h, S, D//h) -> (B, S, D)`, and apply `proj_o`.
+#
+# Masks come in three shapes: `(B, S_k)` or `(B, 1, S_k)` (which keys are padding) and
+# `(B, S_q, S_k)` (a full mask). Give them a head axis so they broadcast against
+# `(B, h, S_q, S_k)`.
+
+
+# %%
+class MultiheadAttention(hk.Module):
+    """Multi-head attention with learned input and output projections."""
+
+    def __init__(self, d_model: int, num_heads: int, name: str | None = None):
+        super().__init__(name=name)
+        if d_model % num_heads != 0:
+            raise ValueError(
+                f"d_model ({d_model}) must be divisible by num_heads ({num_heads}): "
+                "each head gets d_model // num_heads features; pick sizes that divide"
+            )
+        self.d_model = d_model
+        self.num_heads = num_heads
+        self.d_head = d_model // num_heads
+        self.proj_q = hk.Linear(d_model, name="proj_q")
+        self.proj_k = hk.Linear(d_model, name="proj_k")
+        self.proj_v = hk.Linear(d_model, name="proj_v")
+        self.proj_o = hk.Linear(d_model, name="proj_o")
+
+    def __call__(
+        self, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array | None = None
+    ) -> tuple[jax.Array, jax.Array]:
+        """Attend from `q` to `k`/`v`.
+
+        Args:
+            q: `(B, S_q, D)`; k, v: `(B, S_k, D)`.
+            mask: `(B, S_k)`, `(B, 1, S_k)` or `(B, S_q, S_k)`; 0 hides a key.
+
+        Returns:
+            `(out, weights)`: `(B, S_q, D)` and `(B, h, S_q, S_k)`.
+        """
+
+        # YOUR CODE HERE
+        raise NotImplementedError("MultiheadAttention: not implemented yet")
+
+
+# %% [markdown]
+# ## 4. Position-wise feed-forward
+#
+# A two-layer MLP applied to each token vector on its own: `Linear(d_ff)`, ReLU,
+# dropout (only while training), `Linear(d_model)`.
+#
+# Hint: `hk.dropout(hk.next_rng_key(), rate, x)`; in evaluation (`is_train=False`) there
+# is no random key and no dropout.
+
+
+# %%
+class PositionwiseFeedForward(hk.Module):
+    """Two linear layers with a ReLU between them, applied to every position."""
+
+    def __init__(self, d_model: int, d_ff: int, p_dropout: float = 0.1, name: str | None = None):
+        super().__init__(name=name)
+        self.p_dropout = p_dropout
+        self.linear_1 = hk.Linear(d_ff, name="linear_1")
+        self.linear_2 = hk.Linear(d_model, name="linear_2")
+
+    def __call__(self, x: jax.Array, is_train: bool = True) -> jax.Array:
+        """`(B, S, D) -> (B, S, D)`; dropout on the hidden layer when `is_train`."""
+        # YOUR CODE HERE
+        raise NotImplementedError("PositionwiseFeedForward: not implemented yet")
+
+
+# %% [markdown]
+# ## 5. Encoder block
+#
+# Two sub-layers, each wrapped the same way (the "post-LayerNorm" block of the original
+# paper): `x = LayerNorm(x + Dropout(SubLayer(x)))`.
+#
+# 1. self-attention: queries, keys and values are all `x`, with the padding mask;
+# 2. the position-wise feed-forward network.
+#
+# The residual connection (`x + ...`) lets the signal and the gradient pass through a
+# deep stack unchanged; the layer norm keeps the scale of `x` steady.
+# With `return_attention=True` the block also returns its attention weights, which the
+# encoder uses to draw attention maps.
+
+
+# %%
+class EncoderBlock(hk.Module):
+    """Self-attention and feed-forward sub-layers with residuals and post-LayerNorm."""
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        p_dropout: float,
+        name: str | None = None,
+    ):
+        super().__init__(name=name)
+        self.p_dropout = p_dropout
+        self.attention = MultiheadAttention(d_model, num_heads, name="attention")
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, p_dropout, name="feed_forward")
+        self.norm_1 = hk.LayerNorm(axis=-1, create_scale=True, create_offset=True, name="norm_1")
+        self.norm_2 = hk.LayerNorm(axis=-1, create_scale=True, create_offset=True, name="norm_2")
+
+    def __call__(
+        self,
+        x: jax.Array,
+        mask: jax.Array | None = None,
+        is_train: bool = True,
+        return_attention: bool = False,
+    ) -> jax.Array | tuple[jax.Array, jax.Array]:
+        """`(B, S, D) -> (B, S, D)`, plus the weights `(B, h, S, S)` if `return_attention`."""
+
+        # YOUR CODE HERE
+        raise NotImplementedError("EncoderBlock: not implemented yet")
+
+
+# %% [markdown]
+# ## 6. The encoder: a stack of blocks
+#
+# Apply the blocks one after the other. `get_attention_maps` runs the same stack and
+# collects the attention weights of every block, so we can look at what the model
+# attends to.
+
+
+# %%
+class TransformerEncoder(hk.Module):
+    """A stack of `num_layers` encoder blocks."""
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_heads: int,
+        d_model: int,
+        d_ff: int,
+        p_dropout: float,
+        name: str | None = None,
+    ):
+        super().__init__(name=name)
+        self.blocks = [
+            EncoderBlock(d_model, num_heads, d_ff, p_dropout, name=f"block_{i}")
+            for i in range(num_layers)
+        ]
+
+    def __call__(
+        self, x: jax.Array, mask: jax.Array | None = None, is_train: bool = True
+    ) -> jax.Array:
+        """`(B, S, D) -> (B, S, D)`."""
+        # YOUR CODE HERE
+        raise NotImplementedError("TransformerEncoder: not implemented yet")
+
+    def get_attention_maps(
+        self, x: jax.Array, mask: jax.Array | None = None, is_train: bool = False
+    ) -> list[jax.Array]:
+        """The attention weights of every block, in order: a list of `(B, h, S, S)`."""
+        # YOUR CODE HERE
+        raise NotImplementedError("TransformerEncoder.get_attention_maps: not implemented yet")
+
+
+# %% [markdown]
+# ## 7. Positional encoding
+#
+# Self-attention treats its input as a set: shuffle the tokens and the outputs are
+# shuffled the same way. To let the model use word order we add to the token at
+# position `pos` a fixed vector made of sines and cosines of different wavelengths:
+#
+# $$PE_{pos, 2i} = \sin\left(\frac{pos}{10000^{2i/D}}\right), \qquad
+#   PE_{pos, 2i+1} = \cos\left(\frac{pos}{10000^{2i/D}}\right)$$
+#
+# Even features get the sine, odd features the cosine, and the wavelength grows
+# geometrically from $2\pi$ to $10000 \cdot 2\pi$ along the features. Write the table with
+# NumPy (it is a constant, not a parameter), then add its first `S` rows to the input.
+#
+# A classic slip: JAX arrays are immutable, so `pe.at[:, 0::2].set(...)` returns a *new*
+# array and leaves `pe` untouched. If you use JAX here, keep the result.
+
+
+# %%
+def sinusoidal_encoding(max_len: int, d_model: int) -> np.ndarray:
+    """The sinusoidal position table, float32 `(max_len, d_model)` (odd `d_model` works)."""
+    # YOUR CODE HERE
+    raise NotImplementedError("sinusoidal_encoding: not implemented yet")
+
+
+class PositionalEncoding(hk.Module):
+    """Adds the sinusoidal position table to its input, then applies dropout."""
+
+    def __init__(self, d_model: int, max_len: int, p_dropout: float = 0.1, name: str | None = None):
+        super().__init__(name=name)
+        self.d_model = d_model
+        self.max_len = max_len
+        self.p_dropout = p_dropout
+        self.table = sinusoidal_encoding(max_len, d_model)
+
+    def __call__(self, x: jax.Array, is_train: bool = True) -> jax.Array:
+        """`(B, S, D) -> (B, S, D)`; raises `ValueError` if `S > max_len`."""
+        # YOUR CODE HERE
+        raise NotImplementedError("PositionalEncoding: not implemented yet")
+
+
+# %% [markdown]
+# ## 8. The classifier
+#
+# Put it together: embed the tokens (zero at padding), add positions, run the encoder
+# with the padding mask, then summarise each review by **pooling over its real tokens
+# only** and map the summary to one logit (positive if the review is positive).
+#
+# Pooling must ignore padding: a review of 50 tokens padded to 600 should get the same
+# summary as the same review padded to 100. Mean pooling divides the sum of the real
+# token vectors by their number (at least 1, so an empty review gives zeros, not NaN);
+# max pooling takes the maximum over real tokens only.
+
+
+# %%
+def masked_pool(x: jax.Array, mask: jax.Array, pooling: str = "mean") -> jax.Array:
+    """Pool `(B, S, D)` over the tokens where `mask` `(B, S)` is 1: returns `(B, D)`.
+
+    `pooling` is `"mean"`, `"max"` or `"mean_max"` (both, concatenated: `(B, 2D)`).
+    """
+    # YOUR CODE HERE
+    raise NotImplementedError("masked_pool: not implemented yet")
+
+
+class TransformerClassifier(hk.Module):
+    """Embedding, positional encoding, encoder, masked pooling, one logit per review."""
+
+    def __init__(self, config: ClassifierConfig, name: str | None = None):
+        super().__init__(name=name)
+        self.config = config
+        self.embedding = MaskedEmbedding(config.vocab_size, config.d_model, name="embedding")
+        self.positional = PositionalEncoding(
+            config.d_model, config.max_len, config.p_dropout, name="positional"
+        )
+        self.encoder = TransformerEncoder(
+            config.num_layers,
+            config.num_heads,
+            config.d_model,
+            config.d_ff,
+            config.p_dropout,
+            name="encoder",
+        )
+        self.head = hk.Linear(1, name="head")
+
+    def __call__(self, input_ids: jax.Array, mask: jax.Array, is_train: bool = True) -> jax.Array:
+        """Logits `(B,)` for token ids `(B, S)` and padding mask `(B, S)`."""
+        # YOUR CODE HERE
+        raise NotImplementedError("TransformerClassifier: not implemented yet")
+
+    def get_attention_maps(self, input_ids: jax.Array, mask: jax.Array) -> list[jax.Array]:
+        """Attention weights of every encoder block (evaluation mode): list of `(B, h, S, S)`."""
+        x = self.positional(self.embedding(input_ids, mask), is_train=False)
+        return self.encoder.get_attention_maps(x, mask, is_train=False)
+
+
+def classifier_forward(
+    input_ids: jax.Array,
+    mask: jax.Array,
+    is_train: bool = True,
+    config: ClassifierConfig | None = None,
+) -> jax.Array:
+    """Stateful forward for `hk.transform`: logits `(B,)` of a `TransformerClassifier`."""
+    return TransformerClassifier(config or ClassifierConfig(), name="classifier")(
+        input_ids, mask, is_train
+    )
