@@ -2,12 +2,13 @@
 
 Every function builds a :class:`matplotlib.figure.Figure` directly (no ``pyplot`` state), so
 it works with the Agg backend on a server, in a test, or in a notebook: in Jupyter or Colab
-make the figure the last expression of a cell to show it, or call :func:`save_figure` to
-write a PNG.
+make the figure the last expression of a cell to show it (it renders itself as a PNG), or call
+:func:`save_figure` to write a PNG file.
 """
 
 from __future__ import annotations
 
+import io
 import os
 import tempfile
 from collections.abc import Mapping, Sequence
@@ -18,6 +19,15 @@ import numpy as np
 from matplotlib.figure import Figure
 
 SENTIMENT_LABELS = ("neg", "pos")
+
+
+class NotebookFigure(Figure):
+    """A figure that Jupyter and Colab show as a PNG when it ends a cell (no pyplot needed)."""
+
+    def _repr_png_(self) -> bytes:
+        buffer = io.BytesIO()
+        self.savefig(buffer, format="png", dpi=100)
+        return buffer.getvalue()
 
 
 def _as_numpy(x: Any) -> np.ndarray:
@@ -47,7 +57,7 @@ def plot_positional_encoding(
     if max_positions is not None:
         values = values[:max_positions]
     n_pos, n_feat = values.shape
-    fig = Figure(figsize=(8, 5), layout="constrained")
+    fig = NotebookFigure(figsize=(8, 5), layout="constrained")
     ax = fig.add_subplot()
     image = ax.imshow(values, aspect="auto", cmap="RdBu_r", vmin=-1, vmax=1, interpolation="none")
     ax.set_xlabel(f"feature (0 .. {n_feat - 1})")
@@ -117,7 +127,7 @@ def plot_attention_maps(
     weights = weights[:, :, :length, :length]
 
     size = min(2.2 + 0.12 * length, 4.5)
-    fig = Figure(figsize=(size * n_heads, size * n_layers + 0.6), layout="constrained")
+    fig = NotebookFigure(figsize=(size * n_heads, size * n_layers + 0.6), layout="constrained")
     axes = fig.subplots(n_layers, n_heads, squeeze=False)
     image = None
     for layer in range(n_layers):
@@ -183,7 +193,7 @@ def plot_training_curves(history: Any, title: str = "Training curves") -> Figure
             f"nothing to plot in the history {sorted(series)}: expected names containing "
             "'loss' or 'acc' (e.g. 'loss', 'train_acc', 'test_acc')"
         )
-    fig = Figure(figsize=(10, 4), layout="constrained")
+    fig = NotebookFigure(figsize=(10, 4), layout="constrained")
     ax_loss, ax_acc = fig.subplots(1, 2)
     for ax, group, ylabel in ((ax_loss, losses, "loss"), (ax_acc, accs, "accuracy")):
         for name, values in group.items():
@@ -228,7 +238,7 @@ def plot_confusion_matrix(
         )
     total = counts.sum()
     accuracy = np.trace(counts) / total if total else float("nan")
-    fig = Figure(figsize=(4.5, 4), layout="constrained")
+    fig = NotebookFigure(figsize=(4.5, 4), layout="constrained")
     ax = fig.add_subplot()
     ax.imshow(counts, cmap="Blues", vmin=0, vmax=max(counts.max(), 1))
     threshold = counts.max() / 2

@@ -166,3 +166,15 @@ def test_save_figure_failure_keeps_old_file_and_leaves_no_temp(tmp_path: Path, m
         plotting.save_figure(fig, target)
     assert target.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["plot.png"]
+
+
+def test_figures_show_themselves_as_png_in_notebooks():
+    """Jupyter and Colab display an object through `_repr_png_` when it ends a cell."""
+    figures = [
+        plotting.plot_positional_encoding(np.zeros((4, 4))),
+        plotting.plot_attention_maps(random_maps(1, 1, 1, 3)),
+        plotting.plot_training_curves({"loss": [1.0, 0.5]}),
+        plotting.plot_confusion_matrix(np.eye(2)),
+    ]
+    for fig in figures:
+        assert fig._repr_png_()[:8] == PNG_MAGIC
