@@ -203,7 +203,7 @@ def _iter_tar(stream: io.BufferedIOBase) -> Iterator[tuple[str, bytes | None, in
             return
         stored = _octal(header[148:156])
         if stored != sum(header) - sum(header[148:156]) + 256:
-            raise zlib.error("a tar header has a wrong checksum")
+            raise ValueError("a tar header has a wrong checksum")
         size = _octal(header[124:136])
         kind = header[156:157]
         name = header[:100].split(b"\0", 1)[0].decode("utf-8", "replace")

@@ -51,7 +51,9 @@ def train_tokenizer(
     )
     tok.train_from_iterator(texts, trainer, length=len(texts))
     assert tok.token_to_id(PAD_TOKEN) == PAD_ID, "the trainer must give [PAD] the id 0"
-    return tok
+    # The JSON reader rounds some scores by one ulp: return the tokenizer as it will read
+    # back from disk, so a fresh and a saved-then-loaded tokenizer are the same.
+    return Tokenizer.from_str(tok.to_str())
 
 
 def save_tokenizer(tokenizer: Tokenizer, path: str | os.PathLike) -> Path:
@@ -123,7 +125,10 @@ def _as_text_list(texts: Iterable[str]) -> list[str]:
     if isinstance(texts, str):
         raise TypeError("expected a list of texts, got a single string: wrap it in a list")
     out = list(texts)
-    bad = next((t for t in out if not isinstance(t, str)), None)
-    if bad is not None:
-        raise TypeError(f"every text must be a str, got {type(bad).__name__}: {bad!r:.60}")
+    for i, text in enumerate(out):
+        if not isinstance(text, str):
+            raise TypeError(
+                f"every text must be a str, but text {i} is a {type(text).__name__}: "
+                f"{text!r:.60} (drop or fill missing reviews first)"
+            )
     return out

@@ -1,0 +1,102 @@
+"""Tests of m2l_nlp.tokenization: the tutorial's Unigram setup, save/load, batch_encode."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from m2l_nlp import data, tokenization
+from m2l_nlp.tokenization import PAD_ID, batch_encode, load_tokenizer, save_tokenizer
+
+
+@pytest.fixture(scope="module")
+def texts() -> list[str]:
+    train, _ = data.load_imdb(data.SMALL_DATA, use_cache=False)
+    return list(train["text"])
+
+
+@pytest.fixture(scope="module")
+def tok(texts):
+    return tokenization.train_tokenizer(texts, vocab_size=500)
+
+
+def test_tutorial_setup(tok):
+    assert [tok.id_to_token(i) for i in range(5)] == ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"]
+    assert tok.token_to_id("[PAD]") == PAD_ID == 0
+    assert 5 < tok.get_vocab_size() <= 500
+    # lowercase normalizer, whitespace pre-tokenizer (words and punctuation runs apart)
+    assert tok.encode("A GREAT Film!").ids == tok.encode("a great film!").ids
+    assert tok.encode("film!!").tokens[-1] == "!!" or "!" in tok.encode("film!!").tokens
+    assert tok.encode("film  great").ids == tok.encode("film great").ids
+    # a character never seen in training is [UNK], not an error
+    assert tok.token_to_id("[UNK]") in tok.encode("\u263a").ids
+    assert tok.post_processor is None  # no [CLS] added
+
+
+def test_vocab_size_is_an_upper_bound(texts):
+    small = tokenization.train_tokenizer(texts, vocab_size=60)
+    assert small.get_vocab_size() <= 60
+
+
+def test_save_load_round_trip(tok, texts, tmp_path):
+    path = save_tokenizer(tok, tmp_path / "sub" / "tokenizer.json")
+    assert path.is_file() and [p.name for p in path.parent.iterdir()] == ["tokenizer.json"]
+    loaded = load_tokenizer(path)
+    assert loaded.to_str() == tok.to_str()
+    sample = texts[:50] + ["", "Unseen wordz \u263a", "[PAD] [CLS] literal specials"]
+    assert [e.ids for e in loaded.encode_batch(sample)] == [e.ids for e in tok.encode_batch(sample)]
+    a, b = batch_encode(tok, sample, 40), batch_encode(loaded, sample, 40)
+    np.testing.assert_array_equal(a[0], b[0])
+    np.testing.assert_array_equal(a[1], b[1])
+    save_tokenizer(tok, path)  # overwriting works and leaves no temporary file
+    assert [p.name for p in path.parent.iterdir()] == ["tokenizer.json"]
+
+
+def test_load_errors(tmp_path):
+    with pytest.raises(FileNotFoundError, match="train_tokenizer"):
+        load_tokenizer(tmp_path / "missing.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ValueError, match="not a valid tokenizer"):
+        load_tokenizer(bad)
+
+
+def test_batch_encode_pads_and_truncates(tok, texts):
+    sample = [texts[0], "", "film", " ".join(texts[:5])]
+    ids, mask = batch_encode(tok, sample, seq_len=30)
+    assert ids.shape == mask.shape == (4, 30)
+    assert ids.dtype == mask.dtype == np.int32
+    for row, text in enumerate(sample):
+        full = tok.encode(text).ids
+        n = min(len(full), 30)
+        assert list(ids[row, :n]) == full[:n]  # first tokens kept, right-truncated
+        assert list(mask[row]) == [1] * n + [0] * (30 - n)  # 1 on tokens, 0 on padding
+        assert (ids[row, n:] == PAD_ID).all()
+    assert mask[1].sum() == 0 and mask[3].sum() == 30  # empty text; truncated text
+    # a Series or any sequence works; a sequence longer than every text is all padding at the end
+    ids2, _ = batch_encode(tok, np.array(sample, dtype=object), seq_len=30)
+    np.testing.assert_array_equal(ids, ids2)
+
+
+def test_batch_encode_leaves_the_tokenizer_settings_alone(tok, texts):
+    tok.enable_truncation(max_length=5)
+    try:
+        before = tok.to_str()
+        ids, mask = batch_encode(tok, texts[:3], seq_len=12)
+        assert mask.sum(axis=1).max() > 5  # the tokenizer's own truncation is ignored
+        assert tok.to_str() == before
+    finally:
+        tok.no_truncation()
+
+
+def test_bad_input(tok):
+    with pytest.raises(TypeError, match="single string"):
+        batch_encode(tok, "a review", 10)
+    with pytest.raises(TypeError, match="must be a str"):
+        batch_encode(tok, ["fine", None], 10)
+    with pytest.raises(ValueError, match="seq_len"):
+        batch_encode(tok, ["fine"], 0)
+    with pytest.raises(ValueError, match="vocab_size"):
+        tokenization.train_tokenizer(["a b c"], vocab_size=3)
+    with pytest.raises(ValueError, match="at least one text"):
+        tokenization.train_tokenizer([])
