@@ -1,0 +1,249 @@
+"""pytest plugin of the auto-grader (loaded by ``tests/conftest.py``).
+
+- ``--impl exercises|solutions`` (default: ``$M2L_IMPL``, else ``exercises``) picks what is
+  graded; ``--results-json PATH`` writes Gradescope's ``results.json``; ``--grade-timeout S``
+  stops a graded check that runs longer than ``S`` seconds.
+- One marker per exercise (``pytest -m multihead_attention``), registered from the registry.
+- A stub that raises ``NotImplementedError`` is reported as *not started* (shown as a skip,
+  but the run still exits non-zero); a practical file that cannot be imported is reported
+  once, with file and line, and the other practicals are still graded.
+- Every run that grades something ends with the score table.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from m2l_nlp.grading.registry import Exercise, load_exercises
+from m2l_nlp.grading.report import score_table
+from m2l_nlp.grading.runner import (
+    CheckResult,
+    ExerciseResult,
+    PracticalError,
+    import_error_message,
+    outcome,
+    reference,
+    run_check,
+)
+from m2l_nlp.impl import IMPL_ENV, IMPLS, load_practical, repo_root
+
+GRADER = pytest.StashKey["Grader"]()
+DEFAULT_TIMEOUT = 120.0
+
+
+class Grader:
+    """Loads the graded implementation once per practical and collects check results."""
+
+    def __init__(self, impl: str):
+        self.impl = impl
+        self.exercises: dict[str, Exercise] = load_exercises()
+        self.modules: dict[str, ModuleType | PracticalError] = {}
+        self.results: dict[str, list[CheckResult]] = {}
+
+    def path_of(self, practical: str) -> Path:
+        return repo_root() / self.impl / f"{practical}.py"
+
+    def student(self, practical: str) -> ModuleType:
+        if practical not in self.modules:
+            try:
+                self.modules[practical] = load_practical(practical, self.impl)
+            except Exception as err:  # noqa: BLE001 - any import failure is reported in words
+                path = str(self.path_of(practical))
+                self.modules[practical] = PracticalError(import_error_message(err, path))
+        module = self.modules[practical]
+        if isinstance(module, PracticalError):
+            raise PracticalError(
+                f"{self.impl}/{practical}.py could not be imported, so this exercise was not "
+                "graded (the reason is printed once, above the score table)"
+            )
+        return module
+
+    def run(self, exercise: str, check: str) -> None:
+        ex = self.exercises[exercise]
+        chk = next(c for c in ex.checks if c.name == check)
+        student = self.student(ex.practical)
+        run_check(ex, chk, student, reference(ex.practical), [vars(student)])
+
+    def record(self, exercise: str, result: CheckResult) -> None:
+        self.results.setdefault(exercise, []).append(result)
+
+    def exercise_results(self) -> list[ExerciseResult]:
+        return [
+            ExerciseResult(ex, self.results[name])
+            for name, ex in self.exercises.items()
+            if name in self.results
+        ]
+
+    def import_errors(self) -> list[str]:
+        return [str(m) for m in self.modules.values() if isinstance(m, PracticalError)]
+
+
+def graded_params() -> list[Any]:
+    """``pytest.param(exercise, check)`` for every registered check, marked by exercise."""
+    params = []
+    for ex in load_exercises().values():
+        for chk in ex.checks:
+            marks = [getattr(pytest.mark, ex.name), pytest.mark.graded]
+            params.append(pytest.param(ex.name, chk.name, id=f"{ex.name}-{chk.name}", marks=marks))
+    return params
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("m2l-grading", "m2l-nlp auto-grader")
+    group.addoption(
+        "--impl",
+        choices=IMPLS,
+        default=None,
+        help=f"what to grade: exercises (your work, default) or solutions; env {IMPL_ENV}",
+    )
+    group.addoption(
+        "--results-json",
+        default=None,
+        metavar="PATH",
+        help="also write the scores as Gradescope's results.json to PATH",
+    )
+    group.addoption(
+        "--grade-timeout",
+        type=float,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"stop a graded check after this many seconds (default {DEFAULT_TIMEOUT:g})",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    impl = config.getoption("impl") or os.environ.get(IMPL_ENV) or "exercises"
+    if impl not in IMPLS:
+        raise pytest.UsageError(f"{IMPL_ENV}={impl!r} is not one of {', '.join(IMPLS)}")
+    grader = Grader(impl)
+    config.stash[GRADER] = grader
+    config.addinivalue_line("markers", "graded: a graded check of an exercise")
+    for ex in grader.exercises.values():
+        config.addinivalue_line(
+            "markers", f"{ex.name}: {ex.title} ({ex.practical}, {ex.points:g} points)"
+        )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    grader = config.stash[GRADER]
+    return f"m2l-nlp grader: grading {grader.impl}/ (--impl exercises|solutions)"
+
+
+@pytest.fixture
+def grader(request: pytest.FixtureRequest) -> Grader:
+    """The session's :class:`Grader`."""
+    return request.config.stash[GRADER]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    timeout = config.getoption("grade_timeout")
+    for item in items:
+        if item.get_closest_marker("graded") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(timeout))
+
+
+def _is_timeout(excinfo: pytest.ExceptionInfo[BaseException]) -> bool:
+    return excinfo.typename == "Failed" and str(excinfo.value).startswith("Timeout")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator:
+    report = yield
+    if call.when != "call" or not item.get_closest_marker("graded"):
+        return report
+    grader = item.config.stash[GRADER]
+    exercise, check = item.callspec.params["exercise"], item.callspec.params["check"]
+    excinfo = call.excinfo
+    if excinfo is not None and _is_timeout(excinfo):
+        timeout = item.config.getoption("grade_timeout")
+        status, message = (
+            "failed",
+            f"stopped after {timeout:g} s: this check should take a second or two. Look for an "
+            "endless loop, or a Python loop over every array element.",
+        )
+    else:
+        student = grader.modules.get(grader.exercises[exercise].practical)
+        files = {os.path.abspath(student.__file__)} if isinstance(student, ModuleType) else set()
+        status, message = outcome(None if excinfo is None else excinfo.value, files)
+    grader.record(exercise, CheckResult(exercise, check, status, message))
+    if status in ("not started", "error"):
+        # Shown as a skip with its reason (the score table and the exit status still say
+        # that the exercise is not done): no traceback per stub, and an import error is
+        # printed once, in the "could not import" section.
+        _, lineno, _ = item.location
+        report.outcome = "skipped"
+        report.longrepr = (str(item.path), (lineno or 0) + 1, message)
+    elif status != "passed":
+        doc = next(c.doc for c in grader.exercises[exercise].checks if c.name == check)
+        report.longrepr = f"{exercise} / {check}: {doc}\n{message}"
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    grader = session.config.stash.get(GRADER, None)
+    if grader is None or not grader.results:
+        return
+    results = grader.exercise_results()
+    if any(r.status != "passed" for r in results) and session.exitstatus == 0:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    path = session.config.getoption("results_json")
+    if path:
+        write_results_json(Path(path), results, grader.import_errors())
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    grader = config.stash.get(GRADER, None)
+    if grader is None or not grader.results:
+        return
+    errors = grader.import_errors()
+    if errors:
+        terminalreporter.section("could not import", sep="=", red=True, bold=True)
+        for text in errors:
+            terminalreporter.write_line(text)
+    results = grader.exercise_results()
+    terminalreporter.section(f"score ({grader.impl}/)", sep="=", bold=True)
+    for line in score_table(results).splitlines():
+        terminalreporter.write_line(line)
+
+
+def results_json(results: list[ExerciseResult], import_errors: list[str]) -> dict[str, Any]:
+    """Gradescope's ``results.json`` content for the graded exercises."""
+    tests = []
+    for r in results:
+        output = "\n".join(r.messages()) or f"all {len(r.checks)} checks passed"
+        tests.append(
+            {
+                "name": r.exercise.name,
+                "score": r.points,
+                "max_score": r.exercise.points,
+                "status": "passed" if r.status == "passed" else "failed",
+                "output": f"{r.status}: {output}",
+            }
+        )
+    data: dict[str, Any] = {"score": sum(r.points for r in results), "tests": tests}
+    if import_errors:
+        data["output"] = "\n\n".join(import_errors)
+    return data
+
+
+def write_results_json(path: Path, results: list[ExerciseResult], errors: list[str]) -> None:
+    """Write :func:`results_json` to ``path`` atomically (temporary file, then rename)."""
+    path = path.resolve()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(results_json(results, errors), handle, indent=2)
+            handle.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

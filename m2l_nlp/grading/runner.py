@@ -1,0 +1,279 @@
+"""Run the checks of an exercise on a student's objects and turn the outcome into words.
+
+Used by both front ends: the pytest plugin (student objects from ``exercises/<practical>.py``)
+and :func:`m2l_nlp.grading.check` (objects defined in a notebook).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import traceback
+from collections.abc import Iterator, Mapping
+from types import ModuleType
+from typing import Any
+
+import jax
+import numpy as np
+
+from m2l_nlp.grading.registry import Check, CheckFailure, Exercise
+from m2l_nlp.grading.tools import rng_for
+from m2l_nlp.impl import load_practical
+
+_REFERENCES: dict[str, ModuleType] = {}
+
+
+class PracticalError(Exception):
+    """The student's practical file could not be imported (syntax error, bad import, ...)."""
+
+
+class StudentNamespace:
+    """Attribute access to the student's objects, with a clear message for a missing name."""
+
+    def __init__(self, objects: Mapping[str, Any], label: str):
+        self._objects = objects
+        self._label = label
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        try:
+            return self._objects[name]
+        except KeyError:
+            raise CheckFailure(
+                f"{self._label} has no `{name}`: keep the names (and signatures) of the stub"
+            ) from None
+
+
+@dataclasses.dataclass
+class Context:
+    """What a check function receives.
+
+    Attributes:
+        student: the student's objects (``ctx.student.MultiheadAttention``).
+        ref: the reference module (``solutions/<practical>.py``).
+        exercise, check: what is being graded.
+    """
+
+    student: Any
+    ref: ModuleType
+    exercise: Exercise
+    check: Check
+
+    def rng(self, salt: str = "") -> np.random.Generator:
+        """A generator that gives the same inputs on every run of this check."""
+        return rng_for(self.exercise.name, self.check.name, salt)
+
+    def key(self, seed: int = 0) -> jax.Array:
+        return jax.random.PRNGKey(seed)
+
+
+def reference(practical: str) -> ModuleType:
+    """The reference module of ``practical`` (imported once)."""
+    if practical not in _REFERENCES:
+        _REFERENCES[practical] = load_practical(practical, "solutions")
+    return _REFERENCES[practical]
+
+
+def import_error_message(err: BaseException, path: str) -> str:
+    """Describe why a practical file could not be imported, with file and line, in words."""
+    if isinstance(err, SyntaxError):
+        where = f"{err.filename or path}, line {err.lineno}"
+        text = (err.text or "").rstrip()
+        caret = f"\n    {text}" if text else ""
+        return f"{where}: syntax error: {err.msg}{caret}\nFix it, then run pytest again."
+    frames = traceback.extract_tb(err.__traceback__)
+    mine = [f for f in frames if os.path.abspath(f.filename) == os.path.abspath(path)]
+    frame = mine[-1] if mine else (frames[-1] if frames else None)
+    where = f"{frame.filename}, line {frame.lineno}" if frame else path
+    line = f"\n    {frame.line}" if frame and frame.line else ""
+    kind = type(err).__name__
+    advice = (
+        "an import in your file names something that does not exist"
+        if isinstance(err, ImportError)
+        else "the file raised an error while being imported (code at module level runs then)"
+    )
+    return f"{where}: {kind}: {err}{line}\n{advice}; fix it, then run pytest again."
+
+
+@contextlib.contextmanager
+def isolated(globals_dicts: list[dict[str, Any]], replacements: Mapping[str, Any]) -> Iterator:
+    """Temporarily bind ``replacements`` in each of ``globals_dicts`` (restored afterwards)."""
+    saved: list[tuple[dict[str, Any], str, Any]] = []
+    missing = object()
+    try:
+        for g in globals_dicts:
+            for name, value in replacements.items():
+                saved.append((g, name, g.get(name, missing)))
+                g[name] = value
+        yield
+    finally:
+        for g, name, old in reversed(saved):
+            if old is missing:
+                g.pop(name, None)
+            else:
+                g[name] = old
+
+
+def globals_of(obj: Any) -> dict[str, Any] | None:
+    """The module globals a function or class (via its methods) looks names up in."""
+    if isinstance(obj, ModuleType):
+        return vars(obj)
+    func = getattr(obj, "__func__", obj)
+    if hasattr(func, "__globals__"):
+        return func.__globals__
+    if isinstance(obj, type):
+        for value in vars(obj).values():
+            value = getattr(value, "__func__", value)
+            if hasattr(value, "__globals__"):
+                return value.__globals__
+    return None
+
+
+def run_check(
+    exercise: Exercise,
+    check: Check,
+    student: Any,
+    ref: ModuleType,
+    student_globals: list[dict[str, Any]],
+) -> None:
+    """Run one check; raises what the check raises (``CheckFailure``, ``NotImplementedError``,
+    or an exception from the student's code)."""
+    replacements = {name: getattr(ref, name) for name in exercise.uses}
+    ctx = Context(student, ref, exercise, check)
+    with isolated(student_globals, replacements), jax.default_matmul_precision("highest"):
+        check.func(ctx)
+
+
+_HINTS = (
+    (
+        "Unable to retrieve parameter",
+        "your module asks for a parameter the reference does not create: build sub-modules "
+        "only in __init__, with the names given in the stub",
+    ),
+    (
+        "non-None PRNGKey",
+        "your code asked for a random key in evaluation mode (is_train=False): dropout must "
+        "only run when is_train is True",
+    ),
+    (
+        "next_rng_key",
+        "your code asked for a random key in evaluation mode (is_train=False): dropout must "
+        "only run when is_train is True",
+    ),
+    (
+        "TracerBoolConversionError",
+        "a Python `if` or `bool()` on an array fails under jax.jit: use jnp.where, or test a "
+        "Python value (a shape, a flag) instead",
+    ),
+    (
+        "ConcretizationTypeError",
+        "a Python `if` or `bool()` on an array fails under jax.jit: use jnp.where, or test a "
+        "Python value (a shape, a flag) instead",
+    ),
+    ("Incompatible shapes for broadcasting", "check the shapes you combine (print x.shape)"),
+)
+
+
+def _student_frame(err: BaseException, student_files: set[str]) -> traceback.FrameSummary | None:
+    frames = traceback.extract_tb(err.__traceback__)
+    for frame in reversed(frames):
+        name = os.path.abspath(frame.filename)
+        if name in student_files or frame.filename.startswith("<ipython-input"):
+            return frame
+    for frame in reversed(frames):
+        if "site-packages" not in frame.filename and "/m2l_nlp/grading/" not in frame.filename:
+            return frame
+    return None
+
+
+def describe_error(err: BaseException, student_files: set[str]) -> str:
+    """An exception from the student's code, in words, with file and line."""
+    frame = _student_frame(err, student_files)
+    where = f" ({frame.filename}, line {frame.lineno}: `{frame.line}`)" if frame else ""
+    text = str(err).strip().splitlines()
+    first = text[0] if text else ""
+    message = f"your code raised {type(err).__name__}: {first}{where}"
+    full = f"{type(err).__name__} {err}"
+    for needle, hint in _HINTS:
+        if needle in full:
+            return f"{message}\nHint: {hint}."
+    return message
+
+
+@dataclasses.dataclass
+class CheckResult:
+    """The outcome of one check: ``status`` in passed / failed / not started / error."""
+
+    exercise: str
+    check: str
+    status: str
+    message: str = ""
+
+
+def outcome(err: BaseException | None, student_files: set[str]) -> tuple[str, str]:
+    """Classify an exception raised by :func:`run_check` as ``(status, message)``."""
+    if err is None:
+        return "passed", ""
+    if isinstance(err, NotImplementedError):
+        text = str(err) or "NotImplementedError"
+        return "not started", f"not started: {text}"
+    if isinstance(err, PracticalError):
+        return "error", str(err)
+    if isinstance(err, CheckFailure):
+        return "failed", str(err)
+    return "failed", describe_error(err, student_files)
+
+
+@dataclasses.dataclass
+class ExerciseResult:
+    """The verdict of one exercise: the results of its checks and the points earned."""
+
+    exercise: Exercise
+    checks: list[CheckResult]
+
+    @property
+    def status(self) -> str:
+        return aggregate([c.status for c in self.checks])
+
+    @property
+    def points(self) -> float:
+        return self.exercise.points if self.status == "passed" else 0.0
+
+    def messages(self) -> list[str]:
+        return [f"[{c.check}] {c.message}" for c in self.checks if c.status != "passed"]
+
+    def __str__(self) -> str:
+        passed = sum(c.status == "passed" for c in self.checks)
+        head = (
+            f"{self.exercise.name}: {self.status} ({passed}/{len(self.checks)} checks passed, "
+            f"{self.points:g}/{self.exercise.points:g} points)"
+        )
+        return "\n".join([head, *("  " + m.replace("\n", "\n    ") for m in self.messages())])
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython display
+        printer.text(str(self))
+
+
+def aggregate(statuses: list[str]) -> str:
+    """One status for an exercise from the statuses of its checks."""
+    if not statuses:
+        return "not started"
+    if "error" in statuses:
+        return "error"
+    if "failed" in statuses:
+        return "failed"
+    if "not started" in statuses:
+        return "not started"
+    return "passed"
+
+
+def student_files_of(objects: Mapping[str, Any]) -> set[str]:
+    """Source files of the student's objects (for locating errors)."""
+    files = set()
+    for obj in objects.values():
+        g = globals_of(obj)
+        if g and g.get("__file__"):
+            files.add(os.path.abspath(g["__file__"]))
+    return files

@@ -1,0 +1,165 @@
+"""Helpers for writing checks: array assertions with messages in words, and haiku runners.
+
+Every assertion raises :class:`~m2l_nlp.grading.registry.CheckFailure` with a sentence that
+names the quantity, what was expected and what was found (index and values included).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import haiku as hk
+import jax
+import numpy as np
+
+from m2l_nlp.grading.registry import CheckFailure
+
+ATOL = 1e-5
+RTOL = 1e-4
+
+Build = Callable[[Any], Callable[..., Any]]
+
+
+def fail(message: str) -> None:
+    """Raise :class:`CheckFailure` with ``message``."""
+    raise CheckFailure(message)
+
+
+def _fmt(value: Any) -> str:
+    return np.array2string(np.asarray(value), precision=4, suppress_small=True)
+
+
+def _index(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.unravel_index(flat, shape))
+
+
+def expect_array(
+    value: Any,
+    name: str,
+    shape: Sequence[int] | None = None,
+    dtype: Any = None,
+    finite: bool = True,
+    axes: str = "",
+) -> np.ndarray:
+    """Check that ``value`` is an array of ``shape``/``dtype`` without NaN or inf.
+
+    ``axes`` names the expected axes for the message, e.g. ``"(B, S, D)"``.
+    """
+    if isinstance(value, (tuple, list)):
+        fail(
+            f"{name} should be one array, but yours is a {type(value).__name__} of "
+            f"{len(value)} items"
+        )
+    if value is None:
+        fail(f"{name} should be an array, but yours is None (did you forget a `return`?)")
+    array = np.asarray(value)
+    if shape is not None and array.shape != tuple(shape):
+        fail(f"{name} should have shape {tuple(shape)} {axes}; yours has shape {array.shape}")
+    if dtype is not None and array.dtype != np.dtype(dtype):
+        fail(f"{name} should have dtype {np.dtype(dtype).name}; yours has dtype {array.dtype}")
+    if finite and np.issubdtype(array.dtype, np.inexact):
+        bad = ~np.isfinite(array)
+        if bad.any():
+            where = _index(int(np.argmax(bad)), array.shape)
+            kind = "NaN" if np.isnan(array[where]) else "infinite"
+            fail(
+                f"{name} contains {kind} values ({int(bad.sum())} of {array.size}), first at "
+                f"index {where}"
+            )
+    return array
+
+
+def expect_close(
+    got: Any,
+    want: Any,
+    name: str,
+    atol: float = ATOL,
+    rtol: float = RTOL,
+    where: Any = None,
+    hint: str = "",
+) -> None:
+    """Check ``got`` against the reference ``want`` (optionally only where ``where`` is true)."""
+    want = np.asarray(want)
+    got = expect_array(got, name, shape=want.shape, finite=False)
+    if got.dtype.kind not in "fciub":
+        fail(f"{name} should hold numbers; yours has dtype {got.dtype}")
+    got64 = got.astype(np.float64)
+    want64 = want.astype(np.float64)
+    select = np.ones(want.shape, bool) if where is None else np.broadcast_to(where, want.shape)
+    nan_got = np.isnan(got64) & select & ~np.isnan(want64)
+    if nan_got.any():
+        at = _index(int(np.argmax(nan_got)), want.shape)
+        fail(f"{name} contains NaN at index {at} where the reference is {want64[at]:.6g}. {hint}")
+    err = np.where(select, np.abs(got64 - want64) - (atol + rtol * np.abs(want64)), -np.inf)
+    if (err > 0).any():
+        at = _index(int(np.argmax(err)), want.shape)
+        diff = np.abs(got64 - want64)[at]
+        fail(
+            f"{name} differs from the reference: at index {at} yours is {got64[at]:.6g}, "
+            f"expected {want64[at]:.6g} (difference {diff:.3g}; {int((err > 0).sum())} of "
+            f"{int(select.sum())} values are off by more than atol={atol:g} + rtol={rtol:g}). "
+            f"{hint}".rstrip()
+        )
+
+
+def expect_rows_sum_to_one(weights: Any, name: str, rows: Any = None) -> None:
+    """Attention weights are >= 0 and each row sums to 1 over the last axis."""
+    w = expect_array(weights, name, finite=False).astype(np.float64)
+    if (w < -1e-6).any():
+        at = _index(int(np.argmin(w)), w.shape)
+        fail(f"{name} should be >= 0 (they come from a softmax); yours is {w[at]:.4g} at {at}")
+    sums = w.sum(axis=-1)
+    select = np.ones(sums.shape, bool) if rows is None else np.broadcast_to(rows, sums.shape)
+    off = np.where(select, np.abs(sums - 1.0), 0.0)
+    if np.isnan(off).any() or (off > 1e-4).any():
+        at = _index(int(np.nanargmax(np.where(np.isnan(off), np.inf, off))), sums.shape)
+        fail(
+            f"{name} should sum to 1 over the last axis (the keys); yours sum to "
+            f"{sums[at]:.4g} at index {at}. Is the softmax taken over the last axis?"
+        )
+
+
+def rng_for(*names: str) -> np.random.Generator:
+    """A NumPy generator seeded by the names, so every check sees the same inputs each run."""
+    return np.random.default_rng(zlib.crc32("/".join(names).encode()))
+
+
+def normal(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    """Float32 standard normal numbers of ``shape``."""
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def perturb(params: hk.Params, rng: np.random.Generator, scale: float = 0.3) -> hk.Params:
+    """Add noise to every parameter, so that layer norms, biases and swapped sub-modules
+    all matter (at initialisation a LayerNorm is the identity map and biases are 0)."""
+    return jax.tree_util.tree_map(
+        lambda p: p + scale * rng.standard_normal(p.shape).astype(p.dtype), params
+    )
+
+
+def run_haiku(
+    build: Build,
+    namespace: Any,
+    params: hk.Params | None,
+    *args: Any,
+    key: jax.Array | None = None,
+    jit: bool = False,
+) -> Any:
+    """``hk.transform(build(namespace))``: ``init`` if ``params`` is None, else ``apply``.
+
+    ``build(ns)`` returns a function of arrays that creates modules from ``ns`` (the
+    student's namespace or the reference module) with fixed names, so both share params.
+    """
+    transformed = hk.transform(build(namespace))
+    if params is None:
+        init = jax.jit(transformed.init) if jit else transformed.init
+        return init(key if key is not None else jax.random.PRNGKey(0), *args)
+    apply = jax.jit(transformed.apply) if jit else transformed.apply
+    return apply(params, key, *args)
+
+
+def param_names(params: hk.Params) -> list[str]:
+    """``["module/name", ...]`` for messages."""
+    return [f"{m}/{n}" for m, leaves in params.items() for n in leaves]
