@@ -1,0 +1,7 @@
+"""``python -m m2l_nlp.grading [pytest args]``: grade exercises/ (or ``--impl solutions``)."""
+
+import sys
+
+from m2l_nlp.grading.cli import main
+
+sys.exit(main())

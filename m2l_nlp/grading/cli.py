@@ -1,0 +1,45 @@
+"""Command-line entry of the grader: ``python -m m2l_nlp.grading`` and ``m2l-nlp grade``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Sequence
+
+from m2l_nlp.impl import repo_root
+
+
+def run_pytest(args: Sequence[str] = ()) -> int:
+    """Grade with pytest from the repository root; returns pytest's exit code.
+
+    ``args`` are pytest's (e.g. ``["--impl", "solutions", "-m", "classifier",
+    "--results-json", "results.json"]``); with no path among them, ``tests/graded`` is
+    graded, as plain ``pytest`` at the root does.
+    """
+    import pytest
+
+    root = repo_root()
+    if not (root / "tests" / "graded").is_dir():
+        print(
+            f"error: {root / 'tests' / 'graded'} not found: run from the repository root or "
+            "set M2L_ROOT to the clone",
+            file=sys.stderr,
+        )
+        return 4
+    with contextlib.chdir(root) if hasattr(contextlib, "chdir") else _chdir(root):
+        return int(pytest.main(list(args)))
+
+
+@contextlib.contextmanager
+def _chdir(path: os.PathLike[str] | str):  # contextlib.chdir is Python >= 3.11
+    old = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(old)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run_pytest(sys.argv[1:] if argv is None else argv)
