@@ -18,12 +18,36 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 
 # Instructor / CI suite: lint, library tests and every graded check against the solutions.
+# The drift check fails if exercises/ was not regenerated after a change to solutions/.
 test: $(STAMP) lint
+	$(BIN)/python -m m2l_nlp.grading.stubs --check
 	$(BIN)/python -m pytest tests --impl solutions -q
 
 # Main job: train the practical-2 transformer on the full IMDB.
 train: $(STAMP)
 	@echo "make train: not built yet"
+
+# Instructor: write the student stubs exercises/*.py from solutions/*.py.
+exercises: $(STAMP)
+	$(BIN)/python -m m2l_nlp.grading.stubs
+
+# Instructor: regenerate exercises/ (and notebooks/), grade the solutions with every check,
+# and fail if a generated file differed from what is committed (review, commit, run again).
+NOTEBOOKS := $(wildcard m2l_nlp/notebooks.py)
+solutions: $(STAMP)
+	@drift=0; \
+	$(BIN)/python -m m2l_nlp.grading.stubs --check || drift=1; \
+	if [ -n "$(NOTEBOOKS)" ]; then $(BIN)/python -m m2l_nlp.notebooks --check || drift=1; fi; \
+	$(BIN)/python -m m2l_nlp.grading.stubs || exit 1; \
+	if [ -n "$(NOTEBOOKS)" ]; then $(BIN)/python -m m2l_nlp.notebooks || exit 1; fi; \
+	$(BIN)/python -m pytest tests/graded --impl solutions -q || exit 1; \
+	if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && \
+	   [ -n "$$(git status --porcelain -- exercises notebooks)" ]; then \
+	  git status --short -- exercises notebooks; drift=1; fi; \
+	if [ $$drift = 1 ]; then \
+	  echo "make solutions: generated files changed (listed above): review and commit them, then run make solutions again"; \
+	  exit 1; fi; \
+	echo "make solutions: exercises and notebooks up to date, every graded check passes"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
