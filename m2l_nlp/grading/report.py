@@ -6,21 +6,23 @@ from m2l_nlp.grading.runner import ExerciseResult
 
 
 def score_table(results: list[ExerciseResult]) -> str:
-    """A plain-text table: exercise, status, checks passed, points; then the total."""
-    rows = [("exercise", "status", "checks", "points")]
+    """A plain-text table, one block per practical: exercise, status, checks passed, points;
+    then the total and what to do next."""
+    header = ("exercise", "status", "checks", "points")
+    rows: list[tuple[str, ...] | str] = []
+    practical = None
     for r in results:
+        if r.exercise.practical != practical:
+            practical = r.exercise.practical
+            rows.append(practical)
         passed = sum(c.status == "passed" for c in r.checks)
-        rows.append(
-            (
-                r.exercise.name,
-                r.status,
-                f"{passed}/{len(r.checks)}",
-                f"{r.points:g} / {r.exercise.points:g}",
-            )
-        )
+        points = f"{r.points:g} / {r.exercise.points:g}"
+        rows.append(("  " + r.exercise.name, r.status, f"{passed}/{len(r.checks)}", points))
     total = sum(r.points for r in results)
     best = sum(r.exercise.points for r in results)
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
+    footer = ("total", "", "", f"{total:g} / {best:g}")
+    cells = [header, footer, *(row for row in rows if isinstance(row, tuple))]
+    widths = [max(len(row[i]) for row in cells) for i in range(4)]
 
     def fmt(row: tuple[str, ...]) -> str:
         return "  ".join(
@@ -28,12 +30,14 @@ def score_table(results: list[ExerciseResult]) -> str:
             for i, (cell, w) in enumerate(zip(row, widths, strict=True))
         ).rstrip()
 
-    rule = "-" * len(fmt(rows[0]))
-    lines = [fmt(rows[0]), rule, *(fmt(row) for row in rows[1:]), rule]
-    lines.append(fmt(("total", "", "", f"{total:g} / {best:g}")))
+    rule = "-" * len(fmt(header))
+    lines = [fmt(header), rule]
+    lines += [row if isinstance(row, str) else fmt(row) for row in rows]
+    lines += [rule, fmt(footer)]
     todo = [r.exercise.name for r in results if r.status != "passed"]
-    if todo:
-        lines.append(f"to do: {', '.join(todo)} (work on one with `pytest -m {todo[0]}`)")
+    if not todo:
+        lines.append("all graded exercises passed")
     else:
-        lines.append("all exercises passed")
+        names = ", ".join(todo) if len(todo) <= 3 else f"{len(todo)} exercises"
+        lines.append(f"to do: {names}; work on one with `pytest -m {todo[0]}`")
     return "\n".join(lines)
