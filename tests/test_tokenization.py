@@ -100,3 +100,57 @@ def test_bad_input(tok):
         tokenization.train_tokenizer(["a b c"], vocab_size=3)
     with pytest.raises(ValueError, match="at least one text"):
         tokenization.train_tokenizer([])
+
+
+def _reference(tok, texts, seq_len):
+    """The plain tokenizer pipeline: encode_batch with truncation, padded by hand."""
+    copy = tokenization.Tokenizer.from_str(tok.to_str())
+    copy.enable_truncation(max_length=seq_len)
+    rows = [e.ids for e in copy.encode_batch(texts)]
+    ids = np.full((len(texts), seq_len), PAD_ID, dtype=np.int32)
+    mask = np.zeros((len(texts), seq_len), dtype=np.int32)
+    for r, row in enumerate(rows):
+        ids[r, : len(row)] = row
+        mask[r, : len(row)] = 1
+    return ids, mask
+
+
+TRICKY = [
+    "",
+    "   \n\n  ",
+    "Hello, World!!! ...and_then 3.14 ok?! (really) <br> 'quoted' \"double\"",
+    "x" * 40 + " " + "y" * 16 + " " + "z" * 17 + " " + "w" * 15,  # around the 16-byte keys
+    "tab\tsep\r\nline\x0bvt\x0cff \x1cfs\x1fus\x7fdel end",  # ASCII controls
+    "[PAD] literal [CLS], lower [pad] and [MASK]ed",  # special tokens written in a text
+    "Caf\u00e9 NA\u00cfVE \u263a \u00bd \u00b2 \u2014 dash \u00a0nbsp \u200bzwsp",  # non-ASCII
+    "\u0130stanbul \u03a3\u039f\u03a6\u039f\u03a3 \u1e9e STRASSE",  # lowercase edge cases
+    "e\u0301t\u00e9 combining \ufb01 ligature \U0001f600 emoji",
+    "\x00 a NUL",
+    "!!!!????....,,,,",
+    "word " * 400,  # longer than seq_len
+    "__init__ x_y 1_000 a1b2",
+]
+
+
+@pytest.mark.parametrize("seq_len", [1, 7, 64, 700])
+def test_fast_path_equals_the_tokenizer_pipeline(tok, texts, seq_len):
+    rng = np.random.default_rng(0)
+    alphabet = list("abcXYZ !?.,'-_019\t\n<>/()\u00e9\u00c9\u2014\u263a")
+    noise = ["".join(rng.choice(alphabet, size=rng.integers(0, 200))) for _ in range(200)]
+    sample = TRICKY + noise + texts[:100]
+    ids, mask = batch_encode(tok, sample, seq_len)
+    ref_ids, ref_mask = _reference(tok, sample, seq_len)
+    np.testing.assert_array_equal(ids, ref_ids)
+    np.testing.assert_array_equal(mask, ref_mask)
+
+
+def test_other_setups_use_the_plain_pipeline(tok, texts):
+    from tokenizers import normalizers
+
+    other = tokenization.Tokenizer.from_str(tok.to_str())
+    other.normalizer = normalizers.Sequence([normalizers.NFD(), normalizers.StripAccents()])
+    sample = TRICKY + texts[:20]
+    ids, mask = batch_encode(other, sample, 50)
+    ref_ids, ref_mask = _reference(other, sample, 50)
+    np.testing.assert_array_equal(ids, ref_ids)
+    np.testing.assert_array_equal(mask, ref_mask)
