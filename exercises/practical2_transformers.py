@@ -49,6 +49,16 @@ import numpy as np
 from m2l_nlp.config import ClassifierConfig
 
 # %% [markdown]
+# After each exercise, run its `check(...)` cell: it runs the same graded checks as
+# `pytest -m <exercise>` on the objects defined in this notebook and says in words what
+# is wrong. (These cells, and the plotting and training cells, exist only in the notebook.)
+
+# %% active="ipynb"
+# from m2l_nlp import plotting
+# from m2l_nlp.grading import check
+
+
+# %% [markdown]
 # ## 1. Scaled dot-product attention
 #
 # Every query vector is compared with every key vector by a dot product. Dividing by
@@ -88,6 +98,10 @@ def scaled_dot_product(
     raise NotImplementedError("scaled_dot_product: not implemented yet")
 
 
+# %% active="ipynb"
+# check("scaled_dot_product", scaled_dot_product)
+
+
 # %% [markdown]
 # ## 2. Masked embedding
 #
@@ -121,6 +135,10 @@ class MaskedEmbedding(hk.Module):
         """
         # YOUR CODE HERE
         raise NotImplementedError("MaskedEmbedding: not implemented yet")
+
+
+# %% active="ipynb"
+# check("masked_embedding", MaskedEmbedding)
 
 
 # %% [markdown]
@@ -177,6 +195,10 @@ class MultiheadAttention(hk.Module):
         raise NotImplementedError("MultiheadAttention: not implemented yet")
 
 
+# %% active="ipynb"
+# check("multihead_attention", MultiheadAttention)
+
+
 # %% [markdown]
 # ## 4. Position-wise feed-forward
 #
@@ -201,6 +223,10 @@ class PositionwiseFeedForward(hk.Module):
         """`(B, S, D) -> (B, S, D)`; dropout on the hidden layer when `is_train`."""
         # YOUR CODE HERE
         raise NotImplementedError("PositionwiseFeedForward: not implemented yet")
+
+
+# %% active="ipynb"
+# check("positionwise_feed_forward", PositionwiseFeedForward)
 
 
 # %% [markdown]
@@ -250,6 +276,10 @@ class EncoderBlock(hk.Module):
         raise NotImplementedError("EncoderBlock: not implemented yet")
 
 
+# %% active="ipynb"
+# check("encoder_block", EncoderBlock)
+
+
 # %% [markdown]
 # ## 6. The encoder: a stack of blocks
 #
@@ -292,6 +322,10 @@ class TransformerEncoder(hk.Module):
         raise NotImplementedError("TransformerEncoder.get_attention_maps: not implemented yet")
 
 
+# %% active="ipynb"
+# check("transformer_encoder", TransformerEncoder)
+
+
 # %% [markdown]
 # ## 7. Positional encoding
 #
@@ -331,6 +365,20 @@ class PositionalEncoding(hk.Module):
         """`(B, S, D) -> (B, S, D)`; raises `ValueError` if `S > max_len`."""
         # YOUR CODE HERE
         raise NotImplementedError("PositionalEncoding: not implemented yet")
+
+
+# %% active="ipynb"
+# check("positional_encoding", sinusoidal_encoding, PositionalEncoding)
+
+
+# %% [markdown]
+# Each row of this picture is the vector added to the token at one position. The first
+# features have short wavelengths and change from one position to the next; the last ones
+# have wavelengths of thousands of positions and barely move. Read together, the features
+# give every position its own code, and neighbouring positions similar codes.
+
+# %% active="ipynb"
+# plotting.plot_positional_encoding(sinusoidal_encoding(200, 64))
 
 
 # %% [markdown]
@@ -397,3 +445,7 @@ def classifier_forward(
     return TransformerClassifier(config or ClassifierConfig(), name="classifier")(
         input_ids, mask, is_train
     )
+
+
+# %% active="ipynb"
+# check("classifier", masked_pool, TransformerClassifier)

@@ -49,6 +49,16 @@ import numpy as np
 from m2l_nlp.config import ClassifierConfig
 
 # %% [markdown]
+# After each exercise, run its `check(...)` cell: it runs the same graded checks as
+# `pytest -m <exercise>` on the objects defined in this notebook and says in words what
+# is wrong. (These cells, and the plotting and training cells, exist only in the notebook.)
+
+# %% active="ipynb"
+# from m2l_nlp import plotting
+# from m2l_nlp.grading import check
+
+
+# %% [markdown]
 # ## 1. Scaled dot-product attention
 #
 # Every query vector is compared with every key vector by a dot product. Dividing by
@@ -95,6 +105,10 @@ def scaled_dot_product(
     # END SOLUTION
 
 
+# %% active="ipynb"
+# check("scaled_dot_product", scaled_dot_product)
+
+
 # %% [markdown]
 # ## 2. Masked embedding
 #
@@ -130,6 +144,10 @@ class MaskedEmbedding(hk.Module):
         vectors = self.embed(inputs)
         return vectors * jnp.asarray(mask)[..., None].astype(vectors.dtype)
         # END SOLUTION
+
+
+# %% active="ipynb"
+# check("masked_embedding", MaskedEmbedding)
 
 
 # %% [markdown]
@@ -203,6 +221,10 @@ class MultiheadAttention(hk.Module):
         # END SOLUTION
 
 
+# %% active="ipynb"
+# check("multihead_attention", MultiheadAttention)
+
+
 # %% [markdown]
 # ## 4. Position-wise feed-forward
 #
@@ -231,6 +253,10 @@ class PositionwiseFeedForward(hk.Module):
             hidden = hk.dropout(hk.next_rng_key(), self.p_dropout, hidden)
         return self.linear_2(hidden)
         # END SOLUTION
+
+
+# %% active="ipynb"
+# check("positionwise_feed_forward", PositionwiseFeedForward)
 
 
 # %% [markdown]
@@ -289,6 +315,10 @@ class EncoderBlock(hk.Module):
         # END SOLUTION
 
 
+# %% active="ipynb"
+# check("encoder_block", EncoderBlock)
+
+
 # %% [markdown]
 # ## 6. The encoder: a stack of blocks
 #
@@ -337,6 +367,10 @@ class TransformerEncoder(hk.Module):
             maps.append(weights)
         return maps
         # END SOLUTION
+
+
+# %% active="ipynb"
+# check("transformer_encoder", TransformerEncoder)
 
 
 # %% [markdown]
@@ -395,6 +429,20 @@ class PositionalEncoding(hk.Module):
             x = hk.dropout(hk.next_rng_key(), self.p_dropout, x)
         return x
         # END SOLUTION
+
+
+# %% active="ipynb"
+# check("positional_encoding", sinusoidal_encoding, PositionalEncoding)
+
+
+# %% [markdown]
+# Each row of this picture is the vector added to the token at one position. The first
+# features have short wavelengths and change from one position to the next; the last ones
+# have wavelengths of thousands of positions and barely move. Read together, the features
+# give every position its own code, and neighbouring positions similar codes.
+
+# %% active="ipynb"
+# plotting.plot_positional_encoding(sinusoidal_encoding(200, 64))
 
 
 # %% [markdown]
@@ -478,3 +526,7 @@ def classifier_forward(
     return TransformerClassifier(config or ClassifierConfig(), name="classifier")(
         input_ids, mask, is_train
     )
+
+
+# %% active="ipynb"
+# check("classifier", masked_pool, TransformerClassifier)

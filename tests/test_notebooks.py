@@ -1,0 +1,315 @@
+"""Tests of the notebook builder (m2l_nlp.notebooks) and of the committed notebooks."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from m2l_nlp import notebooks
+from m2l_nlp.impl import repo_root
+
+ROOT = repo_root()
+PRACTICAL = "practical2_transformers"
+STUDENT_NB = ROOT / "notebooks" / f"{PRACTICAL}.ipynb"
+SOLVED_NB = ROOT / "notebooks" / f"{PRACTICAL}_solved.ipynb"
+
+
+def copy_sources(tmp_path: Path) -> Path:
+    """A scratch repository root holding copies of solutions/ and exercises/."""
+    for folder in ("solutions", "exercises"):
+        shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__py*"))
+    return tmp_path
+
+
+# --- the builder -------------------------------------------------------------------------
+
+
+def test_committed_notebooks_are_up_to_date(capsys):
+    """`python -m m2l_nlp.notebooks --check` passes on the repository as committed."""
+    assert notebooks.main(["--check"]) == 0, capsys.readouterr().err
+    assert STUDENT_NB.is_file() and SOLVED_NB.is_file()
+
+
+def test_check_command_line_exit_code():
+    result = subprocess.run(
+        [sys.executable, "-m", "m2l_nlp.notebooks", "--check"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "up to date" in result.stdout
+
+
+def test_build_then_check_detects_drift(tmp_path: Path, capsys):
+    root = copy_sources(tmp_path)
+    assert notebooks.main(["--root", str(root), "--check"]) == 1  # nothing built yet
+    assert notebooks.main(["--root", str(root)]) == 0
+    built = {p.name: p.read_text() for p in (root / "notebooks").glob("*.ipynb")}
+    practicals = [p.stem for p in (root / "solutions").glob("*.py") if not p.stem.startswith("_")]
+    assert PRACTICAL in practicals
+    want = [f"{name}{suffix}.ipynb" for name in practicals for suffix in ("", "_solved")]
+    assert sorted(built) == sorted(want)
+    assert notebooks.main(["--root", str(root), "--check"]) == 0
+
+    # Building again gives the same bytes (deterministic: no random cell ids, no outputs).
+    assert notebooks.main(["--root", str(root)]) == 0
+    assert {p.name: p.read_text() for p in (root / "notebooks").glob("*.ipynb")} == built
+    assert not list((root / "notebooks").glob(".*"))  # no temporary files left
+
+    # An edit to a source makes exactly its notebook stale, with a message saying what to do.
+    source = root / "solutions" / f"{PRACTICAL}.py"
+    source.write_text(source.read_text().replace("# # Practical 2", "# # Practical two", 1))
+    capsys.readouterr()
+    assert notebooks.main(["--root", str(root), "--check"]) == 1
+    err = capsys.readouterr().err
+    assert f"{PRACTICAL}_solved.ipynb" in err and f"{PRACTICAL}.ipynb" not in err
+    assert "python -m m2l_nlp.notebooks" in err
+
+    # A hand edit of a notebook is drift too.
+    assert notebooks.main(["--root", str(root)]) == 0
+    student = root / "notebooks" / f"{PRACTICAL}.ipynb"
+    student.write_text(student.read_text().replace("Practical 2", "Practical 3", 1))
+    assert notebooks.main(["--root", str(root), "--check"]) == 1
+
+
+def test_missing_exercises_gives_a_clear_error(tmp_path: Path, capsys):
+    root = copy_sources(tmp_path)
+    (root / "exercises" / f"{PRACTICAL}.py").unlink()
+    assert notebooks.main(["--root", str(root)]) == 2
+    assert "python -m m2l_nlp.grading.stubs" in capsys.readouterr().err
+
+
+def test_notebook_structure_setup_cell_and_no_outputs():
+    for path in (STUDENT_NB, SOLVED_NB):
+        nb = nbformat.read(path, as_version=4)
+        nbformat.validate(nb)
+        assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# ")
+        setup_md, setup = nb.cells[1], nb.cells[2]
+        assert notebooks.colab_url(f"notebooks/{path.name}") in setup_md.source
+        assert setup.source == notebooks.setup_code()
+        assert notebooks.REPO_URL in setup.source
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                assert cell.outputs == [] and cell.execution_count is None
+        assert nb.metadata["kernelspec"]["name"] == "python3"
+        assert nb.metadata["accelerator"] == "GPU"
+
+
+def test_colab_url():
+    url = notebooks.colab_url("notebooks/x.ipynb", "https://github.com/me/course.git", "dev")
+    assert url == "https://colab.research.google.com/github/me/course/blob/dev/notebooks/x.ipynb"
+    with pytest.raises(ValueError, match="https://github.com/"):
+        notebooks.colab_url("notebooks/x.ipynb", "git@github.com:me/course")
+
+
+def test_notebook_only_cells_become_code_in_the_notebook():
+    """`# %% active="ipynb"` cells are comments in the .py and code in the notebook."""
+    import jupytext
+
+    source = jupytext.read(ROOT / "solutions" / f"{PRACTICAL}.py")
+    only_nb = [c.source for c in source.cells if c.metadata.get("active") == "ipynb"]
+    nb = nbformat.read(SOLVED_NB, as_version=4)
+    nb_code = [c.source for c in nb.cells if c.cell_type == "code"]
+    for cell_source in only_nb:
+        assert cell_source in nb_code
+    text = (ROOT / "solutions" / f"{PRACTICAL}.py").read_text()
+    for block in text.split('# %% active="ipynb"\n')[1:]:
+        body = block.split("\n# %%")[0]
+        code_lines = [line for line in body.splitlines() if line and not line.startswith("#")]
+        assert code_lines == [], f"notebook-only cell has uncommented code: {code_lines}"
+
+
+def test_importing_the_practicals_runs_no_notebook_cell():
+    """Importing solutions/ and exercises/ loads no data, training, grading or plotting."""
+    code = textwrap.dedent(
+        f"""
+        import sys
+        from m2l_nlp.impl import load_practical
+        load_practical("{PRACTICAL}", "solutions")
+        load_practical("{PRACTICAL}", "exercises")
+        heavy = ("m2l_nlp.data", "m2l_nlp.training", "m2l_nlp.grading", "m2l_nlp.plotting",
+                 "matplotlib")
+        print(sorted(m for m in heavy if m in sys.modules))
+        """
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+# --- the setup cell ----------------------------------------------------------------------
+
+RUN_SETUP = """
+import json, os, subprocess, sys, types
+calls = []
+clone_dir = sys.argv[1]
+colab = sys.argv[2] == "colab"
+if colab:
+    # jax imports google.colab.output when it sees google.colab; fake both.
+    sys.modules["google.colab"] = types.ModuleType("google.colab")
+    sys.modules["google.colab.output"] = sys.modules["google.colab"].output = types.ModuleType(
+        "google.colab.output"
+    )
+
+def fake_run(cmd, check=False, **kwargs):
+    calls.append(list(cmd))
+    if cmd[:2] == ["git", "clone"]:
+        os.makedirs(os.path.join(cmd[-1], ".git"))
+    return subprocess.CompletedProcess(cmd, 0)
+
+subprocess.run = fake_run
+os.environ.pop("XLA_PYTHON_CLIENT_PREALLOCATE", None)
+source = sys.stdin.read()
+exec(compile(source, "<setup cell>", "exec"), {"__name__": "__main__"})
+exec(compile(source, "<setup cell>", "exec"), {"__name__": "__main__"})  # run twice
+print(json.dumps({
+    "calls": calls,
+    "prealloc": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
+    "m2l_root": os.environ.get("M2L_ROOT"),
+    "path0": sys.path[0],
+}))
+"""
+
+
+def run_setup(tmp_path: Path, mode: str) -> tuple[dict, str]:
+    clone_dir = str(tmp_path / "clone")
+    result = subprocess.run(
+        [sys.executable, "-c", RUN_SETUP, clone_dir, mode],
+        input=notebooks.setup_code(clone_dir=clone_dir),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    *printed, last = result.stdout.strip().splitlines()
+    return json.loads(last), "\n".join(printed)
+
+
+def test_setup_cell_locally_installs_nothing(tmp_path: Path):
+    state, printed = run_setup(tmp_path, "local")
+    assert state["calls"] == []
+    assert state["prealloc"] == "false"
+    assert state["m2l_root"] is None
+    assert "JAX " in printed and "CPU device(s)" in printed
+
+
+def test_setup_cell_in_colab_clones_once_and_pins_jax(tmp_path: Path):
+    from importlib.metadata import version
+
+    state, printed = run_setup(tmp_path, "colab")
+    clone_dir = str(tmp_path / "clone")
+    clones = [c for c in state["calls"] if c[:2] == ["git", "clone"]]
+    assert clones == [["git", "clone", "--quiet", "--depth", "1", notebooks.REPO_URL, clone_dir]]
+    pips = [c for c in state["calls"] if c[1:4] == ["-m", "pip", "install"]]
+    assert len(pips) == 2  # the cell was run twice: clone once, install (no-op) twice
+    pip = pips[0]
+    assert pip[-2:] == ["-e", clone_dir]
+    assert "--upgrade" not in pip and "-U" not in pip
+    constraints = Path(pip[pip.index("-c") + 1]).read_text().split()
+    for package in ("jax", "jaxlib", "numpy"):
+        assert f"{package}=={version(package)}" in constraints
+    assert state["prealloc"] == "false"
+    assert state["m2l_root"] == clone_dir and state["path0"] == clone_dir
+    assert "device(s)" in printed
+
+
+# --- executing the notebooks -------------------------------------------------------------
+
+
+@pytest.fixture
+def small_imdb(monkeypatch):
+    """Kernels started by the test read the bundled small dataset wherever a notebook asks
+    for IMDB without naming a source (``prepare_imdb()``, ``load_imdb()``): no download."""
+    from m2l_nlp.data import SMALL_DATA, SOURCE_ENV
+
+    monkeypatch.setenv(SOURCE_ENV, str(SMALL_DATA))
+
+
+def execute(path: Path, cwd: Path, timeout: int = 600) -> nbformat.NotebookNode:
+    """Run a notebook top to bottom in a fresh kernel; raises CellExecutionError on error.
+
+    The kernel inherits this process's environment (see the ``small_imdb`` fixture).
+    """
+    from nbclient import NotebookClient
+
+    nb = nbformat.read(path, as_version=4)
+    client = NotebookClient(
+        nb, timeout=timeout, kernel_name="python3", resources={"metadata": {"path": str(cwd)}}
+    )
+    try:
+        client.execute()
+    finally:
+        execute.last = nb
+    return nb
+
+
+def outputs_text(cell: nbformat.NotebookNode) -> str:
+    parts = []
+    for out in cell.get("outputs", []):
+        parts.append(out.get("text", ""))
+        parts.append(out.get("data", {}).get("text/plain", ""))
+    return "".join(parts)
+
+
+PRACTICALS = sorted(p.stem for p in (ROOT / "solutions").glob("*.py") if not p.stem.startswith("_"))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("practical", PRACTICALS)
+def test_solved_notebook_runs_top_to_bottom(practical: str, tmp_path: Path, small_imdb):
+    nb = execute(ROOT / "notebooks" / f"{practical}_solved.ipynb", tmp_path)
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.execution_count is not None for c in code)
+    assert "device(s)" in outputs_text(code[0])
+    errors = [o for c in code for o in c.outputs if o.output_type == "error"]
+    assert errors == []
+    images = [c for c in code if any("image/png" in o.get("data", {}) for o in c.outputs)]
+    plot_cells = [c for c in code if re.search(r"\bplot_\w+\(", c.source)]
+    assert len(images) == len(plot_cells), "every plotting cell should show a figure"
+    for cell in code:
+        if cell.source.startswith("check("):
+            assert ": passed" in outputs_text(cell), outputs_text(cell)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("practical", PRACTICALS)
+def test_student_notebook_runs_until_its_first_not_implemented_error(
+    practical: str, tmp_path: Path, small_imdb
+):
+    """The setup and every cell before the first use of a stub run; then NotImplementedError."""
+    from nbclient.exceptions import CellExecutionError
+
+    path = ROOT / "notebooks" / f"{practical}.ipynb"
+    try:
+        execute(path, tmp_path, timeout=300)
+        stopped = None
+    except CellExecutionError as err:
+        stopped = err.ename
+    nb = execute.last
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert "device(s)" in outputs_text(code[0]), "the setup cell should run cleanly"
+    if practical == PRACTICAL:  # it has check and plot cells, so it must reach a stub
+        assert stopped == "NotImplementedError"
+    assert stopped in (None, "NotImplementedError"), f"{path.name} stopped on {stopped}"
+    failed = [i for i, c in enumerate(code) if any(o.output_type == "error" for o in c.outputs)]
+    assert len(failed) == (stopped is not None)
+    last = failed[0] if failed else len(code)
+    assert all(c.execution_count is not None for c in code[:last])
+    for cell in code[:last]:
+        if cell.source.startswith("check("):
+            assert "not started" in outputs_text(cell), outputs_text(cell)
