@@ -180,6 +180,8 @@ def run_check(
     """Run one check; raises what the check raises (``CheckFailure``, ``NotImplementedError``,
     or an exception from the student's code). An exercise whose stubs are all untouched
     raises ``NotImplementedError`` at once, without running the check."""
+    if isinstance(student, ModuleType):
+        student = StudentNamespace(vars(student), getattr(student, "__file__", student.__name__))
     stub = untouched(exercise, student, ref)
     if stub is not None:
         raise NotImplementedError(stub)

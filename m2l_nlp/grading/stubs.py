@@ -68,11 +68,8 @@ def _owners(source: str, path: str) -> dict[int, str]:
     return owners
 
 
-def make_stub(source: str, path: str = "<solution>") -> str:
-    """Return the stub text for one solution file; raise :class:`MarkerError` on bad markers."""
-    owners = _owners(source, path)
-    lines = source.splitlines(keepends=True)
-    out: list[str] = []
+def _check_markers(lines: list[str], path: str) -> None:
+    """Markers must alternate BEGIN, END, BEGIN, END, ... (checked before parsing)."""
     open_line: int | None = None
     for number, line in enumerate(lines, start=1):
         stripped = line.strip()
@@ -83,6 +80,27 @@ def make_stub(source: str, path: str = "<solution>") -> str:
                     f"{open_line} is not closed yet): add '{END}' before opening another"
                 )
             open_line = number
+        elif stripped == END:
+            if open_line is None:
+                raise MarkerError(f"{path}:{number}: '{END}' without a matching '{BEGIN}'")
+            open_line = None
+    if open_line is not None:
+        raise MarkerError(
+            f"{path}:{open_line}: '{BEGIN}' is never closed: add '{END}' after the solution"
+        )
+
+
+def make_stub(source: str, path: str = "<solution>") -> str:
+    """Return the stub text for one solution file; raise :class:`MarkerError` on bad markers."""
+    lines = source.splitlines(keepends=True)
+    _check_markers(lines, path)
+    owners = _owners(source, path)
+    out: list[str] = []
+    inside = False
+    for number, line in enumerate(lines, start=1):
+        stripped = line.strip()
+        if stripped == BEGIN:
+            inside = True
             indent = line[: len(line) - len(line.lstrip())]
             owner = owners.get(number)
             if owner is None:
@@ -91,19 +109,13 @@ def make_stub(source: str, path: str = "<solution>") -> str:
                     "be inside a function or method body"
                 )
             newline = "\n" if line.endswith("\n") else ""
-            out.append(f"{indent}{PLACEHOLDER}\n")
             message = f"{owner}: not implemented yet"
+            out.append(f"{indent}{PLACEHOLDER}\n")
             out.append(f'{indent}raise NotImplementedError("{message}"){newline}')
         elif stripped == END:
-            if open_line is None:
-                raise MarkerError(f"{path}:{number}: '{END}' without a matching '{BEGIN}'")
-            open_line = None
-        elif open_line is None:
+            inside = False
+        elif not inside:
             out.append(line)
-    if open_line is not None:
-        raise MarkerError(
-            f"{path}:{open_line}: '{BEGIN}' is never closed: add '{END}' after the solution"
-        )
     return "".join(out)
 
 

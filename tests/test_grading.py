@@ -1,0 +1,733 @@
+"""Tests of the auto-grader: stub generator, checks (on mutated solutions), plugin, check().
+
+Mutation tests grade in-process copies of the reference solution with one realistic student
+mistake each, and require that some check of the exercise fails; correct alternatives must
+pass every check. A few subprocess runs cover what only a real ``pytest`` run shows: the
+score table, exit codes, ``results.json``, import errors and timeouts.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from m2l_nlp.grading import registry, stubs
+from m2l_nlp.grading.registry import CheckFailure, Exercise, exercise, load_exercises
+from m2l_nlp.grading.report import score_table
+from m2l_nlp.grading.runner import (
+    CheckResult,
+    ExerciseResult,
+    outcome,
+    reference,
+    run_check,
+)
+from m2l_nlp.grading.tools import expect_array, expect_close, expect_rows_sum_to_one
+from m2l_nlp.impl import repo_root
+
+ROOT = repo_root()
+P2 = "practical2_transformers"
+SOLUTION = (ROOT / "solutions" / f"{P2}.py").read_text(encoding="utf-8")
+_counter = itertools.count()
+
+
+# ------------------------------------------------------------------------------------------
+# stub generator
+
+
+def test_stub_replaces_regions_at_their_indentation():
+    source = textwrap.dedent(
+        '''\
+        import math
+
+
+        def area(r: float) -> float:
+            """Area of a circle."""
+            # BEGIN SOLUTION
+            return math.pi * r**2
+            # END SOLUTION
+
+
+        class Model:
+            def __init__(self):
+                self.size = 3  # kept: fixes the parameter names
+
+            def __call__(self, x):
+                # BEGIN SOLUTION
+                def helper(y):
+                    return y + 1
+
+                return helper(x)
+                # END SOLUTION
+
+            def extra(self):
+                # BEGIN SOLUTION
+                return 1
+                # END SOLUTION
+        '''
+    )
+    stub = stubs.make_stub(source, "demo.py")
+    assert '    """Area of a circle."""\n    # YOUR CODE HERE\n' in stub
+    assert '    raise NotImplementedError("area: not implemented yet")\n' in stub
+    assert '        raise NotImplementedError("Model: not implemented yet")\n' in stub
+    assert '        raise NotImplementedError("Model.extra: not implemented yet")\n' in stub
+    assert "self.size = 3  # kept" in stub
+    assert "math.pi" not in stub and "helper" not in stub and "SOLUTION" not in stub
+    namespace: dict = {}
+    exec(compile(stub, "demo.py", "exec"), namespace)  # the stub imports cleanly
+    with pytest.raises(NotImplementedError, match="Model.extra: not implemented yet"):
+        namespace["Model"]().extra()
+
+
+@pytest.mark.parametrize(
+    ("body", "line", "words"),
+    [
+        ("    # BEGIN SOLUTION\n    # BEGIN SOLUTION\n    # END SOLUTION\n", 3, "nested"),
+        ("    # BEGIN SOLUTION\n    return 1\n", 2, "never closed"),
+        ("    return 1\n    # END SOLUTION\n", 3, "without a matching"),
+    ],
+)
+def test_bad_markers_fail_with_file_and_line(body, line, words):
+    source = "def f():\n" + body
+    with pytest.raises(stubs.MarkerError, match=rf"^bad\.py:{line}: .*{words}"):
+        stubs.make_stub(source, "bad.py")
+
+
+def test_marker_outside_a_function_is_an_error():
+    with pytest.raises(stubs.MarkerError, match=r"bad\.py:1: .*outside any function"):
+        stubs.make_stub("# BEGIN SOLUTION\nx = 1\n# END SOLUTION\n", "bad.py")
+
+
+def test_stub_cli_writes_then_check_detects_drift(tmp_path, capsys):
+    sol, ex = tmp_path / "solutions", tmp_path / "exercises"
+    sol.mkdir()
+    (sol / "__init__.py").write_text("")
+    (sol / "p.py").write_text("def f():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION\n")
+    args = ["--solutions", str(sol), "--exercises", str(ex)]
+    assert stubs.main([*args, "--check"]) == 1  # nothing written yet
+    assert stubs.main(args) == 0
+    assert (ex / "__init__.py").read_text() == ""
+    assert "NotImplementedError" in (ex / "p.py").read_text()
+    assert stubs.main([*args, "--check"]) == 0
+    (sol / "p.py").write_text("def f():\n    # BEGIN SOLUTION\n    return 2\n    # END SOLUTION\n")
+    assert stubs.main([*args, "--check"]) == 0  # same stub: the solution body is hidden
+    (sol / "p.py").write_text("def g():\n    # BEGIN SOLUTION\n    return 2\n    # END SOLUTION\n")
+    capsys.readouterr()
+    assert stubs.main([*args, "--check"]) == 1
+    assert "p.py" in capsys.readouterr().err
+    (sol / "p.py").write_text("def g():\n    # BEGIN SOLUTION\n    return 2\n")
+    assert stubs.main(args) == 2
+    assert "p.py:2" in capsys.readouterr().err
+
+
+def test_committed_exercises_match_the_solutions():
+    plan = stubs.planned_stubs(ROOT / "solutions", ROOT / "exercises")
+    assert stubs.drifted(plan) == [], "run `make exercises` and commit exercises/"
+
+
+# ------------------------------------------------------------------------------------------
+# assertions: messages in words
+
+
+def test_messages_say_what_is_wrong():
+    with pytest.raises(CheckFailure, match=r"sum to 1\.37 at index \(0, 1\)"):
+        w = np.array([[0.5, 0.5], [1.0, 0.37]])
+        expect_rows_sum_to_one(w[None], "attention weights")
+    with pytest.raises(CheckFailure, match=r"should have shape \(2, 3\) \(B, S\); yours has"):
+        expect_array(np.zeros((3, 2)), "x", shape=(2, 3), axes="(B, S)")
+    with pytest.raises(CheckFailure, match="should have dtype float32; yours has dtype int32"):
+        expect_array(np.zeros(2, np.int32), "x", dtype=np.float32)
+    with pytest.raises(
+        CheckFailure, match=r"contains NaN values \(1 of 2\), first at index \(1,\)"
+    ):
+        expect_array(np.array([0.0, np.nan]), "x")
+    with pytest.raises(CheckFailure, match=r"at index \(1,\) yours is 2\.5, expected 2"):
+        expect_close(np.array([1.0, 2.5]), np.array([1.0, 2.0]), "x")
+    with pytest.raises(CheckFailure, match="did you forget a `return`"):
+        expect_array(None, "x")
+    expect_close(np.array([1.0, 2.0 + 1e-7]), np.array([1.0, 2.0]), "x")  # within tolerance
+
+
+def test_registry_rejects_duplicate_names(monkeypatch):
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # leave no trace
+    ex = exercise("demo_registry_dup", "practical_demo_a", 1, targets=("f",))
+    ex.check(lambda ctx: None)
+    with pytest.raises(ValueError, match="already has a check"):
+        ex.check(lambda ctx: None)
+    with pytest.raises(ValueError, match="unique"):
+        exercise("demo_registry_dup", "practical_demo_b", 1, targets=("f",))
+
+
+def test_score_table_totals_and_statuses():
+    ex1 = Exercise("alpha", "p", 10, ("a",))
+    ex2 = Exercise("beta", "p", 5, ("b",))
+    results = [
+        ExerciseResult(ex1, [CheckResult("alpha", "c", "passed")]),
+        ExerciseResult(
+            ex2, [CheckResult("beta", "c", "passed"), CheckResult("beta", "d", "failed")]
+        ),
+    ]
+    table = score_table(results)
+    assert "alpha" in table and "passed" in table and "10 / 10" in table
+    assert "beta" in table and "failed" in table and "1/2" in table and "0 / 5" in table
+    assert "10 / 15" in table.splitlines()[-2]
+
+
+# ------------------------------------------------------------------------------------------
+# graded checks on mutated solutions
+
+
+def _module_from(source: str, tmp_path: Path):
+    name = f"graded_copy_{next(_counter)}"
+    path = tmp_path / f"{name}.py"
+    path.write_text(source, encoding="utf-8")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _mutate(source: str, old: str, new: str) -> str:
+    assert source.count(old) == 1, f"the solution changed: {old!r} is not there exactly once"
+    return source.replace(old, new)
+
+
+def grade(module, name: str, stop_at_failure: bool = False) -> ExerciseResult:
+    """Run the checks of ``name`` on ``module`` in-process, as the plugin does."""
+    ex = load_exercises()[name]
+    ref = reference(ex.practical)
+    results = []
+    for chk in ex.checks:
+        try:
+            run_check(ex, chk, module, ref, [vars(module)])
+            err = None
+        except Exception as caught:  # noqa: BLE001
+            err = caught
+        status, message = outcome(err, {module.__file__})
+        results.append(CheckResult(name, chk.name, status, message))
+        if stop_at_failure and status != "passed":
+            break
+    return ExerciseResult(ex, results)
+
+
+MUTATIONS = {
+    "scaled_dot_product": [
+        ("no 1/sqrt(d_k)", [("/ math.sqrt(d_k)", "")]),
+        ("scaled by d_k", [("/ math.sqrt(d_k)", "/ d_k")]),
+        ("softmax over the queries", [("softmax(scores, axis=-1)", "softmax(scores, axis=-2)")]),
+        ("inverted mask", [("jnp.asarray(mask) != 0", "jnp.asarray(mask) == 0")]),
+        ("-inf without a guard", [("jnp.finfo(scores.dtype).min", "-jnp.inf")]),
+        (
+            "transpose of all axes",
+            [("jnp.matmul(q, jnp.swapaxes(k, -1, -2))", "jnp.matmul(q, k.T)")],
+        ),
+    ],
+    "masked_embedding": [
+        (
+            "mask ignored",
+            [
+                (
+                    "return vectors * jnp.asarray(mask)[..., None].astype(vectors.dtype)",
+                    "return vectors",
+                )
+            ],
+        ),
+        (
+            "inverted mask",
+            [("* jnp.asarray(mask)[..., None]", "* (1 - jnp.asarray(mask))[..., None]")],
+        ),
+        (
+            "mask applied to the ids",
+            [
+                ("vectors = self.embed(inputs)\n", "vectors = self.embed(inputs * mask)\n"),
+                (
+                    "return vectors * jnp.asarray(mask)[..., None].astype(vectors.dtype)",
+                    "return vectors",
+                ),
+            ],
+        ),
+        (
+            "mask without a trailing axis",
+            [
+                (
+                    "jnp.asarray(mask)[..., None].astype(vectors.dtype)",
+                    "jnp.asarray(mask).astype(vectors.dtype)",
+                )
+            ],
+        ),
+    ],
+    "multihead_attention": [
+        (
+            "heads split as (d_head, h)",
+            [
+                (
+                    "x = x.reshape(*x.shape[:-1], self.num_heads, self.d_head)\n"
+                    "            return jnp.swapaxes(x, -2, -3)",
+                    "x = x.reshape(*x.shape[:-1], self.d_head, self.num_heads)\n"
+                    "            return jnp.moveaxis(x, -1, -3)",
+                )
+            ],
+        ),
+        (
+            "reshape straight to (B, h, S, d_head)",
+            [
+                (
+                    "x = x.reshape(*x.shape[:-1], self.num_heads, self.d_head)\n"
+                    "            return jnp.swapaxes(x, -2, -3)",
+                    "return x.reshape(x.shape[0], self.num_heads, x.shape[1], self.d_head)",
+                )
+            ],
+        ),
+        ("no output projection", [("return self.proj_o(out), weights", "return out, weights")]),
+        (
+            "mask without a head axis",
+            [("mask = mask[:, None, None, :]", "mask = mask[:, None, :]")],
+        ),
+        ("keys projected from q", [("split_heads(self.proj_k(k))", "split_heads(self.proj_k(q))")]),
+    ],
+    "positionwise_feed_forward": [
+        ("no ReLU", [("jax.nn.relu(self.linear_1(x))", "self.linear_1(x)")]),
+        (
+            "dropout in evaluation",
+            [
+                (
+                    "        if is_train and self.p_dropout > 0:\n            hidden",
+                    "        if self.p_dropout > 0:\n            hidden",
+                )
+            ],
+        ),
+        (
+            "no dropout in training",
+            [("hidden = hk.dropout(hk.next_rng_key(), self.p_dropout, hidden)", "hidden = hidden")],
+        ),
+        ("GELU instead of ReLU", [("jax.nn.relu", "jax.nn.gelu")]),
+    ],
+    "encoder_block": [
+        (
+            "no residual",
+            [("x = self.norm_1(x + dropout(attended))", "x = self.norm_1(dropout(attended))")],
+        ),
+        (
+            "pre-LayerNorm",
+            [
+                (
+                    "attended, weights = self.attention(x, x, x, mask)",
+                    "h = self.norm_1(x)\n        attended, weights = self.attention(h, h, h, mask)",
+                ),
+                ("x = self.norm_1(x + dropout(attended))", "x = x + dropout(attended)"),
+                (
+                    "x = self.norm_2(x + dropout(self.feed_forward(x, is_train)))",
+                    "x = x + dropout(self.feed_forward(self.norm_2(x), is_train))",
+                ),
+            ],
+        ),
+        (
+            "norms swapped",
+            [
+                (
+                    "x = self.norm_1(x + dropout(attended))",
+                    "x = self.norm_2(x + dropout(attended))",
+                ),
+                (
+                    "x = self.norm_2(x + dropout(self.feed_forward(x, is_train)))",
+                    "x = self.norm_1(x + dropout(self.feed_forward(x, is_train)))",
+                ),
+            ],
+        ),
+        (
+            "dropout in evaluation",
+            [
+                (
+                    "            if is_train and self.p_dropout > 0:\n                return",
+                    "            if self.p_dropout > 0:\n                return",
+                )
+            ],
+        ),
+        ("mask not passed", [("self.attention(x, x, x, mask)", "self.attention(x, x, x)")]),
+        (
+            "is_train not passed to the feed-forward",
+            [("self.feed_forward(x, is_train)", "self.feed_forward(x)")],
+        ),
+    ],
+    "transformer_encoder": [
+        ("mask not passed", [("x = block(x, mask, is_train)", "x = block(x, None, is_train)")]),
+        ("is_train not passed", [("x = block(x, mask, is_train)", "x = block(x, mask)")]),
+        (
+            "maps not chained",
+            [
+                (
+                    "x, weights = block(x, mask, is_train, return_attention=True)",
+                    "_, weights = block(x, mask, is_train, return_attention=True)",
+                )
+            ],
+        ),
+        (
+            "only the first block",
+            [
+                (
+                    "for block in self.blocks:\n            x = block(x, mask, is_train)",
+                    "for block in self.blocks[:1]:\n            x = block(x, mask, is_train)",
+                )
+            ],
+        ),
+    ],
+    "positional_encoding": [
+        (
+            "sin and cos swapped",
+            [
+                ("table[:, 0::2] = np.sin(angles)", "table[:, 0::2] = np.cos(angles)"),
+                ("table[:, 1::2] = np.cos(", "table[:, 1::2] = np.sin("),
+            ],
+        ),
+        ("base 1000", [("np.power(10000.0,", "np.power(1000.0,")]),
+        (
+            "i instead of 2i",
+            [
+                (
+                    "-np.arange(0, d_model, 2, dtype=np.float64) / d_model",
+                    "-np.arange((d_model + 1) // 2, dtype=np.float64) / d_model",
+                )
+            ],
+        ),
+        (
+            "JAX .at result discarded (all zeros)",
+            [
+                (
+                    "table = np.zeros((max_len, d_model), dtype=np.float64)",
+                    "table = jnp.zeros((max_len, d_model))",
+                ),
+                ("table[:, 0::2] = np.sin(angles)", "table.at[:, 0::2].set(np.sin(angles))"),
+                (
+                    "table[:, 1::2] = np.cos(angles[:, : d_model // 2])",
+                    "table.at[:, 1::2].set(np.cos(angles[:, : d_model // 2]))",
+                ),
+                ("return table.astype(np.float32)", "return np.asarray(table, np.float32)"),
+            ],
+        ),
+        (
+            "table not added",
+            [("x = x + jnp.asarray(self.table[:seq_len], dtype=x.dtype)", "x = x")],
+        ),
+        (
+            "dropout in evaluation",
+            [
+                (
+                    "        if is_train and self.p_dropout > 0:\n            x = hk.dropout",
+                    "        if self.p_dropout > 0:\n            x = hk.dropout",
+                )
+            ],
+        ),
+    ],
+    "classifier": [
+        (
+            "mean over padding",
+            [("mean = jnp.where(valid, x, 0).sum(axis=-2) / count", "mean = x.mean(axis=-2)")],
+        ),
+        ("max over padding", [("jnp.where(valid, x, -jnp.inf).max(axis=-2)", "x.max(axis=-2)")]),
+        ("logits not squeezed", [("return self.head(pooled)[..., 0]", "return self.head(pooled)")]),
+        ("no positional encoding", [("x = self.positional(x, is_train)\n", "x = x\n")]),
+        (
+            "mask not passed to the encoder",
+            [("x = self.encoder(x, mask, is_train)", "x = self.encoder(x, None, is_train)")],
+        ),
+        (
+            "config.pooling ignored",
+            [("masked_pool(x, mask, self.config.pooling)", "masked_pool(x, mask)")],
+        ),
+    ],
+}
+
+ALTERNATIVES = {
+    "scaled_dot_product": [
+        (
+            "einsum",
+            [
+                (
+                    "jnp.matmul(q, jnp.swapaxes(k, -1, -2))",
+                    "jnp.einsum('...qd,...kd->...qk', q, k)",
+                ),
+                (
+                    "values = jnp.matmul(weights, v)",
+                    "values = jnp.einsum('...qk,...kd->...qd', weights, v)",
+                ),
+            ],
+        ),
+        ("-1e9", [("jnp.finfo(scores.dtype).min", "-1e9")]),
+        (
+            "softmax(where=)",
+            [
+                (
+                    "scores = jnp.where(jnp.asarray(mask) != 0, scores, "
+                    "jnp.finfo(scores.dtype).min)",
+                    "pass",
+                ),
+                (
+                    "weights = jax.nn.softmax(scores, axis=-1)",
+                    "weights = jax.nn.softmax(scores, axis=-1, "
+                    "where=None if mask is None else jnp.asarray(mask) != 0)",
+                ),
+            ],
+        ),
+        (
+            "-inf with a guard for hidden rows",
+            [
+                ("jnp.finfo(scores.dtype).min", "-jnp.inf"),
+                (
+                    "weights = jax.nn.softmax(scores, axis=-1)",
+                    "weights = jnp.nan_to_num(jax.nn.softmax(scores, axis=-1))",
+                ),
+            ],
+        ),
+    ],
+    "multihead_attention": [
+        (
+            "transpose instead of swapaxes",
+            [("return jnp.swapaxes(x, -2, -3)", "return jnp.transpose(x, (0, 2, 1, 3))")],
+        ),
+    ],
+    "positional_encoding": [
+        (
+            "JAX .at, result kept",
+            [
+                (
+                    "table = np.zeros((max_len, d_model), dtype=np.float64)",
+                    "table = jnp.zeros((max_len, d_model))",
+                ),
+                (
+                    "table[:, 0::2] = np.sin(angles)",
+                    "table = table.at[:, 0::2].set(np.sin(angles))",
+                ),
+                (
+                    "table[:, 1::2] = np.cos(angles[:, : d_model // 2])",
+                    "table = table.at[:, 1::2].set(np.cos(angles[:, : d_model // 2]))",
+                ),
+                ("return table.astype(np.float32)", "return table"),
+            ],
+        ),
+    ],
+}
+
+
+def _apply(edits) -> str:
+    source = SOLUTION
+    for old, new in edits:
+        source = _mutate(source, old, new)
+    return source
+
+
+@pytest.mark.parametrize(
+    ("name", "label", "edits"),
+    [(name, label, edits) for name, cases in MUTATIONS.items() for label, edits in cases],
+    ids=[f"{name}-{label}" for name, cases in MUTATIONS.items() for label, _ in cases],
+)
+def test_mutation_is_caught(tmp_path, name, label, edits):
+    module = _module_from(_apply(edits), tmp_path)
+    result = grade(module, name, stop_at_failure=True)
+    assert result.status == "failed", f"{label!r} was not caught:\n{result}"
+    message = result.messages()[0]
+    assert "Traceback" not in message and len(message) > 30
+
+
+def test_every_exercise_has_three_mutations():
+    p2 = [ex.name for ex in load_exercises().values() if ex.practical == P2]
+    assert sorted(MUTATIONS) == sorted(p2)
+    assert all(len(cases) >= 3 for cases in MUTATIONS.values())
+
+
+@pytest.mark.parametrize(
+    ("name", "label", "edits"),
+    [(name, label, edits) for name, cases in ALTERNATIVES.items() for label, edits in cases],
+    ids=[f"{name}-{label}" for name, cases in ALTERNATIVES.items() for label, _ in cases],
+)
+def test_correct_alternative_passes(tmp_path, name, label, edits):
+    module = _module_from(_apply(edits), tmp_path)
+    result = grade(module, name)
+    assert result.status == "passed", f"{label!r} is correct but was not accepted:\n{result}"
+    assert result.points == result.exercise.points
+
+
+def test_mistake_in_a_dependency_is_counted_once(tmp_path):
+    """A broken scaled_dot_product does not cost the multi-head attention its points."""
+    module = _module_from(_mutate(SOLUTION, "/ math.sqrt(d_k)", ""), tmp_path)
+    assert grade(module, "scaled_dot_product", stop_at_failure=True).status == "failed"
+    assert grade(module, "multihead_attention").status == "passed"
+    assert module.scaled_dot_product is not reference(P2).scaled_dot_product  # restored
+
+
+def test_partial_progress_is_graded_check_by_check(tmp_path):
+    """Only get_attention_maps left as a stub: __call__'s checks pass, the maps' do not."""
+    stub = stubs.make_stub(SOLUTION)
+    start = SOLUTION.index("    def get_attention_maps(\n        self, x: jax.Array, mask")
+    body = SOLUTION[start:].split("# END SOLUTION\n", 1)[0] + "# END SOLUTION\n"
+    partial = SOLUTION.replace(
+        body,
+        body.split("# BEGIN SOLUTION")[0]
+        + "# YOUR CODE HERE\n        raise NotImplementedError("
+        + "'TransformerEncoder.get_attention_maps: not implemented yet')\n",
+    )
+    assert partial != SOLUTION and "NotImplementedError" in stub
+    result = grade(_module_from(partial, tmp_path), "transformer_encoder")
+    statuses = {c.check: c.status for c in result.checks}
+    assert statuses["encoder_matches_reference"] == "passed"
+    assert statuses["attention_maps"] == "not started"
+    assert result.status == "not started" and result.points == 0
+
+
+def test_missing_name_is_reported_in_words(tmp_path):
+    module = _module_from(
+        SOLUTION.replace("class MaskedEmbedding(", "class MyEmbedding("), tmp_path
+    )
+    result = grade(module, "masked_embedding", stop_at_failure=True)
+    assert result.status == "failed"
+    assert "has no `MaskedEmbedding`" in result.messages()[0]
+
+
+# ------------------------------------------------------------------------------------------
+# check() on notebook objects
+
+
+def _notebook(source: str) -> dict:
+    namespace = {"__name__": "__main__"}
+    exec(compile(source, "<ipython-input-1>", "exec"), namespace)
+    exec("from m2l_nlp.grading import check", namespace)
+    return namespace
+
+
+def test_check_in_a_notebook(capsys):
+    nb = _notebook(_mutate(SOLUTION, "jnp.finfo(scores.dtype).min", "-jnp.inf"))
+    exec("result = check('scaled_dot_product', scaled_dot_product)", nb)
+    result = nb["result"]
+    assert result.status == "failed" and result.points == 0
+    out = capsys.readouterr().out
+    assert "scaled_dot_product: failed (4/5 checks passed" in out and "-inf" in out
+    # sinusoidal_encoding is found in the notebook's namespace
+    exec("result = check('positional_encoding', PositionalEncoding)", nb)
+    assert (
+        nb["result"].status == "passed" and "positional_encoding: passed" in capsys.readouterr().out
+    )
+    with pytest.raises(TypeError, match="not one of EncoderBlock"):
+        exec("check('encoder_block', MultiheadAttention)", nb)
+    with pytest.raises(KeyError, match="no exercise called 'attention'"):
+        exec("check('attention', MultiheadAttention)", nb)
+
+
+# ------------------------------------------------------------------------------------------
+# end to end: pytest in a subprocess on a copy of the repository
+
+
+def _copy_repo(tmp_path: Path, exercises_from_solutions: bool) -> Path:
+    root = tmp_path / "repo"
+    (root / "tests").mkdir(parents=True)
+    shutil.copy(ROOT / "pyproject.toml", root / "pyproject.toml")
+    shutil.copy(ROOT / "tests" / "conftest.py", root / "tests" / "conftest.py")
+    shutil.copytree(ROOT / "tests" / "graded", root / "tests" / "graded")
+    shutil.copytree(ROOT / "solutions", root / "solutions")
+    if exercises_from_solutions:
+        shutil.copytree(ROOT / "solutions", root / "exercises")
+    else:
+        args = ["--solutions", str(root / "solutions"), "--exercises", str(root / "exercises")]
+        assert stubs.main(args) == 0
+    return root
+
+
+def _pytest(root: Path, *args: str, extra_modules: str = "") -> subprocess.CompletedProcess:
+    env = dict(os.environ, M2L_ROOT=str(root), PYTHONPATH=str(root))
+    env.pop("M2L_IMPL", None)
+    if extra_modules:
+        env["M2L_GRADING_MODULES"] = extra_modules
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
+    return subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_fresh_stubs_are_all_not_started(tmp_path):
+    root = _copy_repo(tmp_path, exercises_from_solutions=False)
+    run = _pytest(root, "--results-json", "results.json")
+    assert run.returncode != 0, run.stdout
+    table = run.stdout.split("score (exercises/)")[1]
+    for name in load_exercises():
+        row = next(line for line in table.splitlines() if line.strip().startswith(name + " "))
+        assert "not started" in row, row
+    data = json.loads((root / "results.json").read_text())
+    assert data["score"] == 0
+    assert {t["name"] for t in data["tests"]} == set(load_exercises())
+    assert all(t["status"] == "failed" and t["score"] == 0 for t in data["tests"])
+
+
+def test_solutions_as_exercises_get_full_points(tmp_path):
+    root = _copy_repo(tmp_path, exercises_from_solutions=True)
+    cheap = "scaled_dot_product or positional_encoding"
+    run = _pytest(root, "-m", cheap, "--results-json", "r.json")
+    assert run.returncode == 0, run.stdout + run.stderr
+    data = json.loads((root / "r.json").read_text())
+    assert data["score"] == 15 + 15
+    assert all(t["status"] == "passed" and t["score"] == t["max_score"] for t in data["tests"])
+    assert "all graded exercises passed" in run.stdout
+
+
+def test_import_error_and_timeout_are_reported(tmp_path):
+    root = _copy_repo(tmp_path, exercises_from_solutions=True)
+    (root / "fake_checks.py").write_text(
+        textwrap.dedent(
+            """\
+            from m2l_nlp.grading.registry import exercise
+            from m2l_nlp.grading.tools import expect_close
+
+            spin = exercise("spin", "practical8_spin", 3, targets=("spin",))
+            fine = exercise("fine", "practical8_spin", 1, targets=("fine",))
+            broken = exercise("broken", "practical9_broken", 2, targets=("ok",))
+
+
+            @spin.check
+            def check_spin(ctx):
+                expect_close(ctx.student.spin(1.0), 1.0, "spin(1.0)")
+
+
+            @fine.check
+            def check_fine(ctx):
+                expect_close(ctx.student.fine(), 1.0, "fine()")
+
+
+            @broken.check
+            def check_ok(ctx):
+                expect_close(ctx.student.ok(), 1.0, "ok()")
+            """
+        )
+    )
+    solution = "def {f}(*args):\n    # BEGIN SOLUTION\n    return 1.0\n    # END SOLUTION\n"
+    (root / "solutions" / "practical8_spin.py").write_text(
+        solution.format(f="spin") + "\n\n" + solution.format(f="fine")
+    )
+    (root / "solutions" / "practical9_broken.py").write_text(solution.format(f="ok"))
+    (root / "exercises" / "practical8_spin.py").write_text(
+        "def spin(x):\n    while True:\n        x = x + 1\n\n\ndef fine():\n    return 1.0\n"
+    )
+    (root / "exercises" / "practical9_broken.py").write_text("def ok():\n    return (1.0\n")
+    run = _pytest(
+        root,
+        "-m",
+        "spin or fine or broken",
+        "--grade-timeout",
+        "2",
+        "--results-json",
+        "r.json",
+        extra_modules="fake_checks",
+    )
+    out = run.stdout
+    assert run.returncode != 0, out
+    assert out.count("syntax error") == 1, out
+    assert "practical9_broken.py, line 2: syntax error" in out
+    assert "stopped after 2 s" in out
+    tests = {t["name"]: t for t in json.loads((root / "r.json").read_text())["tests"]}
+    assert tests["fine"]["status"] == "passed"  # the other practical is still graded
+    assert tests["spin"]["status"] == "failed" and "stopped after 2 s" in tests["spin"]["output"]
+    assert tests["broken"]["status"] == "failed" and tests["broken"]["output"].startswith("error")
