@@ -1,0 +1,183 @@
+"""Save and load a trained classifier: parameters, model config and tokenizer, in one folder.
+
+Layout of a checkpoint folder::
+
+    params.npz       one array per parameter, named "<module>/<name>"
+    config.json      the ClassifierConfig (model sizes)
+    tokenizer.json   the tokenizer the ids were made with
+    meta.json        free-form extras (training settings, metrics, impl)
+
+A checkpoint is written to a temporary folder beside the target and renamed into place, so
+a crash never leaves a half-written checkpoint under the final name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from m2l_nlp.config import ClassifierConfig
+
+PARAMS_FILE = "params.npz"
+CONFIG_FILE = "config.json"
+TOKENIZER_FILE = "tokenizer.json"
+META_FILE = "meta.json"
+SEP = "/"
+
+
+class Checkpoint(NamedTuple):
+    """A loaded checkpoint: haiku params (NumPy arrays), config, tokenizer, extras."""
+
+    params: dict[str, dict[str, np.ndarray]]
+    config: ClassifierConfig
+    tokenizer: Any
+    meta: dict[str, Any]
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, incomplete, or does not match what the caller expects."""
+
+
+def _flatten(params: Any) -> dict[str, np.ndarray]:
+    flat = {}
+    for module, leaves in params.items():
+        for name, value in leaves.items():
+            if SEP in name:
+                raise ValueError(f"parameter name {name!r} contains {SEP!r}")
+            flat[f"{module}{SEP}{name}"] = np.asarray(value)
+    return flat
+
+
+def _unflatten(flat: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+    params: dict[str, dict[str, np.ndarray]] = {}
+    for key, value in flat.items():
+        module, _, name = key.rpartition(SEP)
+        params.setdefault(module, {})[name] = value
+    return params
+
+
+def save_checkpoint(
+    path: str | os.PathLike,
+    params: Any,
+    config: ClassifierConfig,
+    tokenizer: Any,
+    meta: dict[str, Any] | None = None,
+) -> Path:
+    """Write a checkpoint folder at ``path`` atomically (replacing an older one); returns it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        np.savez(tmp / PARAMS_FILE, **_flatten(params))
+        (tmp / CONFIG_FILE).write_text(json.dumps(config.to_dict(), indent=2) + "\n")
+        tokenizer.save(str(tmp / TOKENIZER_FILE))
+        (tmp / META_FILE).write_text(json.dumps(meta or {}, indent=2, default=str) + "\n")
+        old = None
+        if path.exists():
+            old = path.parent / f".{path.name}.old-{os.getpid()}"
+            os.replace(path, old)
+        os.replace(tmp, path)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return path
+
+
+def _check_shapes(params: dict[str, dict[str, np.ndarray]], config: ClassifierConfig) -> None:
+    """Raise if the saved arrays do not fit the saved config (a hand-edited config.json)."""
+    embed = params.get("classifier/~/embedding/~/embed", {}).get("embeddings")
+    if embed is not None and embed.shape != (config.vocab_size, config.d_model):
+        raise CheckpointError(
+            f"the saved embedding table has shape {embed.shape} but config.json says "
+            f"vocab_size={config.vocab_size}, d_model={config.d_model}: the files of this "
+            "checkpoint do not belong together; retrain or restore config.json"
+        )
+
+
+def load_checkpoint(
+    path: str | os.PathLike, expected_config: ClassifierConfig | None = None
+) -> Checkpoint:
+    """Read a checkpoint folder written by :func:`save_checkpoint`.
+
+    With ``expected_config``, refuse (``CheckpointError``) a checkpoint whose config differs,
+    naming the settings that differ.
+    """
+    from tokenizers import Tokenizer
+
+    path = Path(path)
+    missing = [f for f in (PARAMS_FILE, CONFIG_FILE, TOKENIZER_FILE) if not (path / f).is_file()]
+    if missing:
+        raise CheckpointError(
+            f"{path} is not a complete checkpoint (missing {', '.join(missing)}): "
+            "train one with `m2l-nlp train` or pass the folder it wrote (runs/<name>/checkpoint)"
+        )
+    config = ClassifierConfig.from_dict(json.loads((path / CONFIG_FILE).read_text()))
+    if expected_config is not None and config != expected_config:
+        saved, wanted = config.to_dict(), expected_config.to_dict()
+        diff = ", ".join(
+            f"{k}: saved {saved[k]!r} vs expected {wanted[k]!r}"
+            for k in saved
+            if saved[k] != wanted[k]
+        )
+        raise CheckpointError(
+            f"the checkpoint in {path} was trained with a different model config ({diff}); "
+            "build the model from the checkpoint's config or train a new checkpoint"
+        )
+    with np.load(path / PARAMS_FILE) as arrays:
+        params = _unflatten({k: arrays[k] for k in arrays.files})
+    _check_shapes(params, config)
+    tokenizer = Tokenizer.from_file(str(path / TOKENIZER_FILE))
+    if tokenizer.get_vocab_size() > config.vocab_size:
+        raise CheckpointError(
+            f"the tokenizer has {tokenizer.get_vocab_size()} tokens but the model only "
+            f"{config.vocab_size} embeddings: the files of {path} do not belong together"
+        )
+    meta_path = path / META_FILE
+    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    return Checkpoint(params, config, tokenizer, meta)
+
+
+def predict(
+    texts: str | list[str],
+    checkpoint: Checkpoint | str | os.PathLike,
+    *,
+    impl: str = "solutions",
+    batch_size: int = 64,
+) -> np.ndarray:
+    """Probability that each review is positive, float ``(N,)`` (a ``str`` gives ``(1,)``).
+
+    Any text works: empty (the model sees no token and answers from its bias), longer than
+    the model's ``max_len`` (the first ``max_len`` tokens are read), or non-ASCII.
+    """
+    import jax
+
+    from m2l_nlp import training
+    from m2l_nlp.tokenization import batch_encode
+
+    if not isinstance(checkpoint, Checkpoint):
+        checkpoint = load_checkpoint(checkpoint)
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    if not all(isinstance(t, str) for t in texts):
+        raise TypeError("texts must be a string or a list of strings")
+    if not texts:
+        return np.zeros((0,), np.float32)
+    config = checkpoint.config
+    ids, mask = batch_encode(checkpoint.tokenizer, texts, seq_len=config.max_len)
+    model = training.build_model(config, impl)
+    apply = jax.jit(lambda p, i, m: model.apply(p, None, i, m, False))
+    widths = training.bucket_widths(config.max_len)
+    lengths = mask.sum(axis=1)
+    logits = np.zeros(len(texts), np.float32)
+    for start in range(0, len(texts), batch_size):
+        rows = slice(start, start + batch_size)
+        width = training.width_for(max(int(lengths[rows].max()), 1), widths)
+        logits[rows] = np.asarray(apply(checkpoint.params, ids[rows, :width], mask[rows, :width]))
+    return 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))

@@ -1,0 +1,536 @@
+"""Jitted training and evaluation of the practical-2 classifier, on CPU, GPU or many devices.
+
+Shapes: ``B`` batch, ``S`` padded length of the encoded data, ``W`` width of one batch
+(a bucket, ``W <= S``), ``N`` examples.
+
+Speed on a CPU comes from three things:
+
+- **length buckets**: a batch is cut to the smallest width of a small fixed list
+  (:data:`DEFAULT_WIDTHS`) that holds its longest review, so padding is hardly computed and
+  only a handful of shapes is ever compiled;
+- **data on the device once**: the encoded dataset is copied to the device(s) at the start;
+  each epoch uploads only a small plan (which examples go in which batch), and the jitted
+  step gathers its batch on the device;
+- **no host syncs inside an epoch**: the step donates and returns the training state and
+  running sums of loss and correct predictions, read once at the end of the epoch.
+
+The step reads its optimizer from its arguments (it is a static argument of the jit), never
+from a global: a new optimizer or schedule means a new compiled step, so it takes effect.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from tqdm.auto import tqdm
+
+from m2l_nlp import devices
+from m2l_nlp.config import ClassifierConfig
+from m2l_nlp.impl import load_practical
+
+PRACTICAL = "practical2_transformers"
+DEFAULT_WIDTHS = (32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+EVAL_ATTENTION_BUDGET = 2**27  # batch * width**2 per evaluation batch (bounds memory)
+
+
+# --------------------------------------------------------------------------------------
+# Model, loss, optimizer
+# --------------------------------------------------------------------------------------
+
+
+def build_model(config: ClassifierConfig, impl: str = "solutions") -> hk.Transformed:
+    """``hk.transform`` of the practical's classifier: ``apply(params, key, ids, mask, is_train)``.
+
+    ``impl="exercises"`` trains the student's own modules.
+    """
+    practical = load_practical(PRACTICAL, impl)
+
+    def forward(input_ids: jax.Array, mask: jax.Array, is_train: bool = True) -> jax.Array:
+        return practical.classifier_forward(input_ids, mask, is_train, config=config)
+
+    return hk.transform(forward)
+
+
+def init_params(model: hk.Transformed, key: jax.Array, config: ClassifierConfig) -> hk.Params:
+    """Parameters of ``model`` (they do not depend on the sequence length)."""
+    ids = jnp.ones((1, min(8, config.max_len)), jnp.int32)
+    return model.init(key, ids, jnp.ones_like(ids), True)
+
+
+def sigmoid_bce(
+    logits: jax.Array, labels: jax.Array, weights: jax.Array | None = None
+) -> jax.Array:
+    """Mean binary cross-entropy of logits ``(B,)`` against labels ``(B,)`` in {0, 1}.
+
+    ``weights`` ``(B,)`` (e.g. 0 for padding rows of a partial batch) give a weighted mean.
+    """
+    losses = optax.sigmoid_binary_cross_entropy(logits, labels.astype(logits.dtype))
+    if weights is None:
+        return losses.mean()
+    weights = weights.astype(losses.dtype)
+    return (losses * weights).sum() / jnp.maximum(weights.sum(), 1.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSettings:
+    """How to train: optimisation, schedule, cropping and evaluation settings."""
+
+    epochs: int = 4
+    batch_size: int = 32
+    learning_rate: float = 2e-3
+    warmup_fraction: float = 0.05  # of all steps, linear warm-up from 0
+    final_lr_fraction: float = 0.02  # cosine decays to learning_rate * this
+    weight_decay: float = 0.05  # AdamW, on matrices only (not biases, norms)
+    clip_norm: float = 1.0  # global gradient-norm clipping
+    crop_len: int = 256  # training windows: a random crop of this many tokens
+    eval_every: int = 1  # evaluate every k epochs (and always after the last)
+    eval_batch_size: int = 128
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "crop_len", "eval_every", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be positive, not {self.learning_rate}")
+
+
+def _decay_mask(params: hk.Params) -> Any:
+    return jax.tree_util.tree_map(lambda p: p.ndim >= 2, params)
+
+
+def make_optimizer(settings: TrainSettings, total_steps: int) -> optax.GradientTransformation:
+    """Gradient clipping, then AdamW with linear warm-up and cosine decay."""
+    warmup = max(1, round(settings.warmup_fraction * total_steps))
+    schedule = optax.warmup_cosine_decay_schedule(
+        init_value=0.0,
+        peak_value=settings.learning_rate,
+        warmup_steps=warmup,
+        decay_steps=max(total_steps, warmup + 1),
+        end_value=settings.learning_rate * settings.final_lr_fraction,
+    )
+    return optax.chain(
+        optax.clip_by_global_norm(settings.clip_norm),
+        optax.adamw(schedule, weight_decay=settings.weight_decay, mask=_decay_mask),
+    )
+
+
+class TrainState(NamedTuple):
+    """What changes during training: the parameters and the optimizer's state."""
+
+    params: hk.Params
+    opt_state: optax.OptState
+
+
+def init_state(params: hk.Params, optimizer: optax.GradientTransformation) -> TrainState:
+    return TrainState(params, optimizer.init(params))
+
+
+# --------------------------------------------------------------------------------------
+# One step, one batch
+# --------------------------------------------------------------------------------------
+
+
+def _update(state, key, ids, mask, labels, weights, model, optimizer):
+    """Gradient step on one batch; returns ``(state, loss, n_correct)`` (weighted)."""
+
+    def loss_fn(params):
+        logits = model.apply(params, key, ids, mask, True)
+        return sigmoid_bce(logits, labels, weights), logits
+
+    (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    hits = ((logits > 0) == (labels > 0)).astype(jnp.float32)
+    if weights is not None:
+        hits = hits * weights.astype(jnp.float32)
+    return TrainState(params, opt_state), loss, hits.sum()
+
+
+@functools.partial(jax.jit, static_argnames=("model", "optimizer"), donate_argnames=("state",))
+def train_step(
+    state: TrainState,
+    key: jax.Array,
+    ids: jax.Array,
+    mask: jax.Array,
+    labels: jax.Array,
+    weights: jax.Array | None = None,
+    *,
+    model: hk.Transformed,
+    optimizer: optax.GradientTransformation,
+) -> tuple[TrainState, jax.Array, jax.Array]:
+    """One jitted gradient step on a batch ``ids, mask (B, W)``, ``labels (B,)``.
+
+    ``model`` and ``optimizer`` are static: passing a different optimizer (another learning
+    rate, another schedule) compiles a new step, so the change is never silently ignored.
+    ``state`` is donated: do not use the old one afterwards.
+
+    Returns ``(new_state, mean loss, number of correct predictions)``.
+    """
+    return _update(state, key, ids, mask, labels, weights, model, optimizer)
+
+
+def _counts(logits: jax.Array, labels: jax.Array, weights: jax.Array | None) -> jax.Array:
+    """Confusion counts ``(2, 2)`` float32, ``[true, predicted]`` (0 = neg, 1 = pos)."""
+    pred = (logits > 0).astype(jnp.int32)
+    true = (labels > 0).astype(jnp.int32)
+    w = jnp.ones_like(logits, jnp.float32) if weights is None else weights.astype(jnp.float32)
+    onehot_true = jax.nn.one_hot(true, 2, dtype=jnp.float32) * w[:, None]
+    onehot_pred = jax.nn.one_hot(pred, 2, dtype=jnp.float32)
+    return onehot_true.T @ onehot_pred
+
+
+@functools.partial(jax.jit, static_argnames=("model",))
+def evaluate_on_batch(
+    params: hk.Params,
+    ids: jax.Array,
+    mask: jax.Array,
+    labels: jax.Array,
+    weights: jax.Array | None = None,
+    *,
+    model: hk.Transformed,
+) -> tuple[jax.Array, jax.Array]:
+    """Accuracy and confusion matrix ``(2, 2)`` (``[true, predicted]``, counts) on one batch.
+
+    Dropout is off. Rows with ``weights`` 0 (padding of a partial batch) are not counted.
+    """
+    logits = model.apply(params, None, ids, mask, False)
+    confusion = _counts(logits, labels, weights)
+    return jnp.trace(confusion) / jnp.maximum(confusion.sum(), 1.0), confusion
+
+
+# --------------------------------------------------------------------------------------
+# Data on the device, length buckets and batch plans
+# --------------------------------------------------------------------------------------
+
+
+class DeviceData(NamedTuple):
+    """An encoded split on the device(s): ids ``(N, S)``, lengths ``(N,)``, labels ``(N,)``."""
+
+    ids: jax.Array
+    lengths: jax.Array
+    labels: jax.Array
+
+
+def token_lengths(mask: np.ndarray) -> np.ndarray:
+    """Number of tokens per row ``(N,)``; raises if a mask is not right-padded."""
+    mask = np.asarray(mask)
+    lengths = mask.sum(axis=1).astype(np.int32)
+    if not np.array_equal(mask != 0, np.arange(mask.shape[1]) < lengths[:, None]):
+        raise ValueError(
+            "the mask must be right-padded (1s then 0s in every row), as made by "
+            "m2l_nlp.tokenization.batch_encode"
+        )
+    return lengths
+
+
+def put_data(ids: np.ndarray, mask: np.ndarray, labels: np.ndarray, mesh=None) -> DeviceData:
+    """Check an encoded split and copy it once to every device of ``mesh``."""
+    ids, labels = np.asarray(ids), np.asarray(labels)
+    if ids.ndim != 2 or np.shape(mask) != ids.shape or labels.shape != (ids.shape[0],):
+        raise ValueError(
+            f"expected ids and mask of shape (N, S) and labels (N,), got ids {ids.shape}, "
+            f"mask {np.shape(mask)}, labels {labels.shape}"
+        )
+    if labels.size and not np.isin(labels, (0, 1)).all():
+        raise ValueError("labels must be 0 (negative) or 1 (positive)")
+    host = DeviceData(ids.astype(np.int32), token_lengths(mask), labels.astype(np.int32))
+    return devices.put_replicated(host, mesh or devices.make_mesh())
+
+
+def bucket_widths(max_width: int, widths: Sequence[int] = DEFAULT_WIDTHS) -> tuple[int, ...]:
+    """The fixed widths used for ``max_width`` (those below it, then ``max_width`` itself)."""
+    return tuple(w for w in sorted(widths) if w < max_width) + (int(max_width),)
+
+
+def width_for(length: int, widths: Sequence[int]) -> int:
+    """Smallest width in ``widths`` (sorted) that holds ``length`` tokens."""
+    for w in widths:
+        if length <= w:
+            return int(w)
+    return int(widths[-1])
+
+
+class BatchPlan(NamedTuple):
+    """Batches of one epoch: ``idx``, ``starts``, ``weights`` ``(n_batches, B)`` and widths.
+
+    Padding rows of partial batches point at example 0 with weight 0.
+    """
+
+    idx: np.ndarray
+    starts: np.ndarray
+    weights: np.ndarray
+    widths: tuple[int, ...]
+
+
+def _chunks(order: np.ndarray, size: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    out = []
+    for i in range(0, len(order), size):
+        part = order[i : i + size]
+        weights = np.zeros(size, np.float32)
+        weights[: len(part)] = 1.0
+        out.append((np.pad(part, (0, size - len(part))), weights))
+    return out
+
+
+def train_plan(
+    lengths: np.ndarray, batch_size: int, crop_len: int, rng: np.random.Generator, widths=None
+) -> BatchPlan:
+    """A shuffled epoch: every example once, grouped by (cropped) length into buckets.
+
+    Reviews longer than ``crop_len`` are cut to a random window of ``crop_len`` tokens.
+    """
+    widths = bucket_widths(crop_len, widths or DEFAULT_WIDTHS)
+    lengths = np.asarray(lengths)
+    cropped = np.minimum(lengths, crop_len)
+    bucket = np.array([width_for(n, widths) for n in cropped], dtype=np.int64)
+    batches = []
+    for w in np.unique(bucket):
+        members = rng.permutation(np.flatnonzero(bucket == w))
+        batches += [(idx, weights, int(w)) for idx, weights in _chunks(members, batch_size)]
+    order = rng.permutation(len(batches))
+    batches = [batches[i] for i in order]
+    idx = np.stack([b[0] for b in batches]).astype(np.int32)
+    weights = np.stack([b[1] for b in batches])
+    room = np.maximum(lengths[idx] - crop_len, 0)
+    starts = np.floor(rng.random(idx.shape) * (room + 1)).astype(np.int32)
+    return BatchPlan(idx, starts, weights, tuple(b[2] for b in batches))
+
+
+def eval_plan(
+    lengths: np.ndarray, batch_size: int, max_width: int, n_devices: int = 1, widths=None
+) -> list[BatchPlan]:
+    """Evaluation batches, sorted by length: every example exactly once, from its start.
+
+    One plan per width; long widths get smaller batches (``EVAL_ATTENTION_BUDGET``), always
+    a multiple of ``n_devices``.
+    """
+    widths = bucket_widths(max_width, widths or DEFAULT_WIDTHS)
+    lengths = np.minimum(np.asarray(lengths), max_width)
+    bucket = np.array([width_for(n, widths) for n in lengths], dtype=np.int64)
+    plans = []
+    for w in np.unique(bucket):
+        size = min(batch_size, max(1, EVAL_ATTENTION_BUDGET // int(w) ** 2))
+        size = max(n_devices, size - size % n_devices)
+        chunks = _chunks(np.flatnonzero(bucket == w), size)
+        idx = np.stack([c[0] for c in chunks]).astype(np.int32)
+        weights = np.stack([c[1] for c in chunks])
+        plans.append(BatchPlan(idx, np.zeros_like(idx), weights, (int(w),) * len(chunks)))
+    return plans
+
+
+def _gather(data: DeviceData, idx: jax.Array, starts: jax.Array, width: int):
+    """Batch ``ids, mask (B, width)`` and ``labels (B,)`` from device data (inside jit)."""
+    lengths = data.lengths[idx]
+    rows = data.ids[idx]
+    if width == rows.shape[1]:
+        positions = jnp.broadcast_to(jnp.arange(width), rows.shape)
+        ids = rows
+    else:
+        positions = starts[:, None] + jnp.arange(width)[None, :]
+        ids = jnp.take_along_axis(rows, jnp.minimum(positions, rows.shape[1] - 1), axis=1)
+    mask = (positions < lengths[:, None]).astype(jnp.int32)
+    return ids * mask, mask, data.labels[idx]
+
+
+# --------------------------------------------------------------------------------------
+# Evaluation over a whole split
+# --------------------------------------------------------------------------------------
+
+
+class EvalResult(NamedTuple):
+    """Accuracy, loss and the 2x2 confusion matrix ``[true, predicted]`` over a split."""
+
+    accuracy: float
+    loss: float
+    confusion: np.ndarray
+    count: int
+
+
+def _make_eval_step(model: hk.Transformed, mesh) -> Callable:
+    shard = devices.batch_sharded(mesh)
+
+    @functools.partial(jax.jit, static_argnames=("width",), donate_argnames=("totals",))
+    def step(params, totals, data, idx, weights, width):
+        ids, mask, labels = _gather(data, idx, jnp.zeros_like(idx), width)
+        ids, mask = jax.lax.with_sharding_constraint((ids, mask), shard)
+        logits = model.apply(params, None, ids, mask, False)
+        loss = optax.sigmoid_binary_cross_entropy(logits, labels.astype(logits.dtype))
+        confusion, loss_sum = totals
+        return confusion + _counts(logits, labels, weights), loss_sum + (loss * weights).sum()
+
+    return step
+
+
+def evaluate(
+    params: hk.Params,
+    model: hk.Transformed,
+    data: DeviceData | tuple[np.ndarray, np.ndarray, np.ndarray],
+    *,
+    batch_size: int = 128,
+    max_width: int | None = None,
+    mesh=None,
+    progress: bool = False,
+    desc: str = "evaluate",
+) -> EvalResult:
+    """Accuracy, mean loss and confusion matrix of ``model`` on a whole split.
+
+    ``data`` is :class:`DeviceData` or ``(ids, mask, labels)`` NumPy arrays. Every example
+    is counted exactly once (the last partial batch too); reviews are read from their start
+    up to ``max_width`` tokens (default: the padded length ``S``).
+    """
+    mesh = mesh or devices.make_mesh()
+    if not isinstance(data, DeviceData):
+        data = put_data(*data, mesh=mesh)
+    n = int(data.labels.shape[0])
+    if n == 0:
+        raise ValueError("cannot evaluate on an empty split")
+    max_width = int(max_width or data.ids.shape[1])
+    lengths = np.asarray(data.lengths)  # one read of N ints, before any batch runs
+    plans = eval_plan(lengths, batch_size, max_width, mesh.devices.size)
+    step = _make_eval_step(model, mesh)
+    params = devices.put_replicated(params, mesh)
+    totals = devices.put_replicated((jnp.zeros((2, 2)), jnp.zeros(())), mesh)
+    n_batches = sum(len(p.widths) for p in plans)
+    with tqdm(total=n_batches, desc=desc, disable=not progress, leave=False) as bar:
+        for plan in plans:
+            idx, weights = devices.put_replicated((plan.idx, plan.weights), mesh)
+            for j, width in enumerate(plan.widths):
+                totals = step(params, totals, data, idx[j], weights[j], width)
+                bar.update()
+    confusion, loss_sum = jax.device_get(totals)
+    confusion = np.rint(confusion).astype(np.int64)
+    count = int(confusion.sum())
+    return EvalResult(float(np.trace(confusion) / count), float(loss_sum) / count, confusion, count)
+
+
+# --------------------------------------------------------------------------------------
+# The training loop
+# --------------------------------------------------------------------------------------
+
+
+class TrainResult(NamedTuple):
+    """Final parameters and the per-epoch history (lists keyed by metric name)."""
+
+    params: hk.Params
+    history: dict[str, list[float]]
+    eval_result: EvalResult | None
+
+
+def _make_epoch_step(model: hk.Transformed, optimizer, mesh) -> Callable:
+    shard = devices.batch_sharded(mesh)
+    out = devices.replicated(mesh)
+
+    @functools.partial(
+        jax.jit,
+        static_argnames=("width",),
+        donate_argnames=("state", "sums"),
+        out_shardings=(out, out),
+    )
+    def step(state, sums, key, data, plan_idx, plan_starts, plan_weights, j, width):
+        idx, starts, weights = plan_idx[j], plan_starts[j], plan_weights[j]
+        ids, mask, labels = _gather(data, idx, starts, width)
+        ids, mask, labels, weights = jax.lax.with_sharding_constraint(
+            (ids, mask, labels, weights), shard
+        )
+        state, loss, correct = _update(
+            state, jax.random.fold_in(key, j), ids, mask, labels, weights, model, optimizer
+        )
+        count = weights.sum()
+        return state, sums + jnp.stack([loss * count, correct, count])
+
+    return step
+
+
+def train(
+    model: hk.Transformed,
+    params: hk.Params,
+    train_data: DeviceData | tuple[np.ndarray, np.ndarray, np.ndarray],
+    settings: TrainSettings = TrainSettings(),
+    *,
+    eval_data: DeviceData | tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+    eval_name: str = "val",
+    optimizer: optax.GradientTransformation | None = None,
+    mesh=None,
+    progress: bool = True,
+    log: Callable[[str], None] | None = print,
+) -> TrainResult:
+    """Train ``params`` of ``model`` for ``settings.epochs`` epochs; returns the history.
+
+    Every epoch reshuffles the training set (seeded by ``settings.seed`` and the epoch),
+    cuts reviews longer than ``settings.crop_len`` to a random window, and runs the jitted
+    step over length buckets. The history holds ``loss`` and ``train_acc`` per epoch and,
+    every ``settings.eval_every`` epochs (and after the last), ``<eval_name>_loss`` and
+    ``<eval_name>_acc`` on ``eval_data`` (NaN for epochs without evaluation). The
+    optimizer defaults to :func:`make_optimizer` over the whole run.
+    """
+    mesh = mesh or devices.make_mesh()
+    devices.check_batch_size(settings.batch_size, mesh)
+    if not isinstance(train_data, DeviceData):
+        train_data = put_data(*train_data, mesh=mesh)
+    if eval_data is not None and not isinstance(eval_data, DeviceData):
+        eval_data = put_data(*eval_data, mesh=mesh)
+    lengths = np.asarray(train_data.lengths)
+    if lengths.size == 0:
+        raise ValueError("the training split is empty")
+    rng = np.random.default_rng(settings.seed)
+    steps_per_epoch = len(train_plan(lengths, settings.batch_size, settings.crop_len, rng).widths)
+    optimizer = optimizer or make_optimizer(settings, settings.epochs * steps_per_epoch)
+    state = devices.put_replicated(init_state(params, optimizer), mesh)
+    step = _make_epoch_step(model, optimizer, mesh)
+    key = jax.random.PRNGKey(settings.seed)
+    history: dict[str, list[float]] = {"loss": [], "train_acc": []}
+    if eval_data is not None:
+        history[f"{eval_name}_loss"] = []
+        history[f"{eval_name}_acc"] = []
+    result = None
+    for epoch in range(settings.epochs):
+        plan = train_plan(
+            lengths,
+            settings.batch_size,
+            settings.crop_len,
+            np.random.default_rng([settings.seed, epoch]),
+        )
+        arrays = devices.put_replicated((plan.idx, plan.starts, plan.weights), mesh)
+        sums = devices.put_replicated(jnp.zeros(3), mesh)
+        epoch_key = jax.random.fold_in(key, epoch)
+        desc = f"epoch {epoch + 1}/{settings.epochs}"
+        for j, width in enumerate(tqdm(plan.widths, desc=desc, disable=not progress, leave=False)):
+            state, sums = step(state, sums, epoch_key, train_data, *arrays, j, width)
+        loss_sum, correct, count = (float(x) for x in jax.device_get(sums))
+        history["loss"].append(loss_sum / count)
+        history["train_acc"].append(correct / count)
+        line = f"epoch {epoch + 1}/{settings.epochs}: loss {loss_sum / count:.4f}"
+        line += f"  train_acc {correct / count:.4f}"
+        last = epoch + 1 == settings.epochs
+        if eval_data is not None:
+            if (epoch + 1) % settings.eval_every == 0 or last:
+                result = evaluate(
+                    state.params,
+                    model,
+                    eval_data,
+                    batch_size=settings.eval_batch_size,
+                    mesh=mesh,
+                    progress=progress,
+                    desc=f"{eval_name} {epoch + 1}",
+                )
+                history[f"{eval_name}_loss"].append(result.loss)
+                history[f"{eval_name}_acc"].append(result.accuracy)
+                line += (
+                    f"  {eval_name}_loss {result.loss:.4f}  {eval_name}_acc {result.accuracy:.4f}"
+                )
+            else:
+                history[f"{eval_name}_loss"].append(math.nan)
+                history[f"{eval_name}_acc"].append(math.nan)
+        if log is not None:
+            log(line)
+    return TrainResult(state.params, history, result)
