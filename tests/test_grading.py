@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import m2l_nlp
 from m2l_nlp.grading import registry, stubs
 from m2l_nlp.grading.registry import CheckFailure, Exercise, exercise, load_exercises
 from m2l_nlp.grading.report import score_table
@@ -641,7 +642,9 @@ def _copy_repo(tmp_path: Path, exercises_from_solutions: bool) -> Path:
 
 
 def _pytest(root: Path, *args: str, extra_modules: str = "") -> subprocess.CompletedProcess:
-    env = dict(os.environ, M2L_ROOT=str(root), PYTHONPATH=str(root))
+    package_home = Path(m2l_nlp.__file__).resolve().parent.parent  # the code under test
+    path = os.pathsep.join([str(root), str(package_home), os.environ.get("PYTHONPATH", "")])
+    env = dict(os.environ, M2L_ROOT=str(root), PYTHONPATH=path)
     env.pop("M2L_IMPL", None)
     if extra_modules:
         env["M2L_GRADING_MODULES"] = extra_modules
