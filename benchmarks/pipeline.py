@@ -137,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq-len", type=int, default=600)
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--skip-seed", action="store_true", help="time only our pipeline")
-    parser.add_argument("--check", type=int, default=2000, help="reviews to cross-check")
+    parser.add_argument("--check", type=int, default=5000, help="reviews to cross-check")
     args = parser.parse_args(argv)
     if not args.data.is_file():
         print(f"{args.data} not found: pass --data /path/to/aclImdb_v1.tar.gz", file=sys.stderr)

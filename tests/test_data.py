@@ -198,6 +198,13 @@ def test_truncated_archive(archive, tmp_path, keep):
     assert not (tmp_path / "out" / "aclImdb").exists() and _leftovers(tmp_path / "out") == []
 
 
+def test_missing_gzip_trailer(archive, tmp_path):
+    bad = tmp_path / "bad.tar.gz"
+    bad.write_bytes(archive.read_bytes()[:-4])  # all members intact, the length field cut
+    with pytest.raises(data.CorruptArchiveError, match="truncated or corrupt"):
+        data.load_imdb(bad)
+
+
 def test_corrupt_archive(archive, tmp_path):
     raw = bytearray(archive.read_bytes())
     middle = len(raw) // 2

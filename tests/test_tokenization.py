@@ -123,7 +123,8 @@ TRICKY = [
     "tab\tsep\r\nline\x0bvt\x0cff \x1cfs\x1fus\x7fdel end",  # ASCII controls
     "[PAD] literal [CLS], lower [pad] and [MASK]ed",  # special tokens written in a text
     "Caf\u00e9 NA\u00cfVE \u263a \u00bd \u00b2 \u2014 dash \u00a0nbsp \u200bzwsp",  # non-ASCII
-    "\u0130stanbul \u03a3\u039f\u03a6\u039f\u03a3 \u1e9e STRASSE",  # lowercase edge cases
+    "\u0130stanbul",  # lowercases to two characters
+    "\u03a3\u039f\u03a6\u039f\u03a3 \u1e9e STRASSE",  # final sigma: Python and Rust differ
     "e\u0301t\u00e9 combining \ufb01 ligature \U0001f600 emoji",
     "\x00 a NUL",
     "!!!!????....,,,,",
@@ -132,8 +133,16 @@ TRICKY = [
 ]
 
 
+@pytest.fixture(scope="module")
+def rich_tok(texts):
+    """A tokenizer that also knows the tricky texts' characters (so they are not all [UNK])."""
+    greek = ["\u03c3\u03bf\u03c6\u03bf\u03c2 \u03c3\u03bf\u03c6\u03bf\u03c3 \u03c3"] * 20
+    return tokenization.train_tokenizer(texts + TRICKY * 20 + greek, vocab_size=700)
+
+
 @pytest.mark.parametrize("seq_len", [1, 7, 64, 700])
-def test_fast_path_equals_the_tokenizer_pipeline(tok, texts, seq_len):
+def test_fast_path_equals_the_tokenizer_pipeline(rich_tok, texts, seq_len):
+    tok = rich_tok
     rng = np.random.default_rng(0)
     alphabet = list("abcXYZ !?.,'-_019\t\n<>/()\u00e9\u00c9\u2014\u263a")
     noise = ["".join(rng.choice(alphabet, size=rng.integers(0, 200))) for _ in range(200)]
