@@ -312,3 +312,98 @@ def train_baseline(
         test_confusion=confusion(data.test_labels, test_logits),
         seconds=time.perf_counter() - start_time,
     )
+
+
+# --------------------------------------------------------------------------- command line
+
+# The recipes of ``m2l-nlp train --model <name>``: model settings and training settings.
+RECIPES: dict[str, tuple[BaselineConfig, dict[str, Any]]] = {
+    "bow-mlp": (
+        BaselineConfig(model="bow-mlp", hidden_sizes=(64,), p_dropout=0.5),
+        dict(epochs=3, batch_size=128, learning_rate=1e-3),
+    ),
+    "bigram-mlp": (
+        BaselineConfig(model="bigram-mlp", hidden_sizes=(64,), p_dropout=0.5, use_tfidf=True),
+        dict(epochs=3, batch_size=128, learning_rate=1e-3),
+    ),
+    "lstm": (
+        BaselineConfig(model="lstm", embed_size=64, hidden_size=64, p_dropout=0.2, max_len=256),
+        dict(epochs=3, batch_size=64, learning_rate=2e-3),
+    ),
+}
+VOCAB_SIZE = 20000
+SEQ_LEN = 600
+
+
+def cli_train(args: Any) -> int:
+    """``m2l-nlp train --model bow-mlp|bigram-mlp|lstm``: train, print and save the results.
+
+    ``args`` are the parsed options of ``m2l-nlp train`` (``data``, ``epochs``, ``impl``,
+    ``seed``, ``out``, ``cache_dir``, ``no_progress``, ``model``). Writes
+    ``<out>/metrics.json`` and the plots (default ``out``: ``runs/<model>``).
+    """
+    import json
+    import os
+    import time
+    from pathlib import Path
+
+    from m2l_nlp.data import SMALL_DATA, prepare_imdb
+
+    start = time.perf_counter()
+    if args.model not in RECIPES:
+        raise ValueError(f"unknown baseline {args.model!r}: choose one of {', '.join(RECIPES)}")
+    config, train_kw = RECIPES[args.model]
+    train_kw = dict(train_kw, seed=args.seed, impl=args.impl)
+    if args.epochs is not None:
+        train_kw["epochs"] = args.epochs
+    source = str(SMALL_DATA) if args.data == "small" else args.data
+    data = prepare_imdb(
+        source,
+        vocab_size=VOCAB_SIZE,
+        seq_len=SEQ_LEN,
+        seed=args.seed,
+        cache_dir=args.cache_dir,
+        progress=not args.no_progress,
+    )
+    print(f"data: {data} ({time.perf_counter() - start:.0f}s)")
+    result = train_baseline(config, data, **train_kw)
+    elapsed = time.perf_counter() - start
+    c = result.test_confusion
+    print(
+        f"test accuracy: {result.test_accuracy:.4f} ({int(c.sum())} reviews); validation "
+        f"{result.val_accuracy:.4f} at epoch {result.best_epoch}"
+    )
+    print("confusion matrix [true, predicted] (rows/cols: neg, pos):")
+    print(
+        f"            pred neg  pred pos\n  true neg  {c[0, 0]:8d}  {c[0, 1]:8d}\n"
+        f"  true pos  {c[1, 0]:8d}  {c[1, 1]:8d}"
+    )
+    print(f"total time: {elapsed:.0f}s")
+    out = Path(args.out or Path("runs") / args.model)
+    out.mkdir(parents=True, exist_ok=True)
+    metrics = {
+        "model": args.model,
+        "test_accuracy": result.test_accuracy,
+        "val_accuracy": result.val_accuracy,
+        "best_epoch": result.best_epoch,
+        "confusion": c.tolist(),
+        "seconds": elapsed,
+        "impl": args.impl,
+        "config": config.to_dict(),
+        "train": {k: v for k, v in train_kw.items() if k != "impl"},
+        "history": result.history,
+    }
+    tmp = out / ".metrics.json.tmp"
+    tmp.write_text(json.dumps(metrics, indent=2) + "\n")
+    os.replace(tmp, out / "metrics.json")
+    try:
+        from m2l_nlp import plotting
+    except ImportError as error:  # plotting is optional
+        print(f"plots skipped ({error})")
+    else:
+        curves = plotting.plot_training_curves(result.history, title=f"{args.model}")
+        plotting.save_figure(curves, out / "training_curves.png")
+        matrix = plotting.plot_confusion_matrix(c, title=f"{args.model}: test confusion matrix")
+        plotting.save_figure(matrix, out / "confusion_matrix.png")
+    print(f"wrote {out}/metrics.json and plots")
+    return 0

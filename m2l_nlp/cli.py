@@ -65,6 +65,10 @@ PRESETS: dict[str, Preset] = {
 }
 
 
+# Practical 1's baselines (m2l_nlp.baselines.MODELS), listed here to keep `--help` light.
+BASELINES = ("bow-mlp", "bigram-mlp", "lstm")
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="m2l-nlp", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -77,6 +81,13 @@ def _parser() -> argparse.ArgumentParser:
         "small dataset (default: $M2L_NLP_IMDB, else download the official archive)",
     )
     train.add_argument("--preset", choices=sorted(PRESETS), default="default")
+    train.add_argument(
+        "--model",
+        choices=("transformer", *BASELINES),
+        default="transformer",
+        help="the practical-2 transformer (default), or a practical-1 baseline "
+        "(see m2l_nlp/baselines.py; --preset does not apply to baselines)",
+    )
     train.add_argument("--epochs", type=int, default=None, help="override the preset's epochs")
     train.add_argument("--impl", choices=("solutions", "exercises"), default="solutions")
     train.add_argument("--seed", type=int, default=0)
@@ -103,6 +114,10 @@ def _data_source(data: str | None) -> str | None:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    if args.model != "transformer":
+        from m2l_nlp.baselines import cli_train
+
+        return cli_train(args)
     import jax
     import numpy as np
 
