@@ -550,8 +550,12 @@ def prepare_imdb(
     tok = tokenization.train_tokenizer(
         train_df["text"], vocab_size=vocab_size, show_progress=progress
     )
-    train_ids, train_mask = tokenization.batch_encode(tok, train_df["text"], seq_len=seq_len)
-    test_ids, test_mask = tokenization.batch_encode(tok, test_df["text"], seq_len=seq_len)
+    # one call for both splits: each distinct word is encoded once
+    ids, mask = tokenization.batch_encode(
+        tok, [*train_df["text"], *test_df["text"]], seq_len=seq_len
+    )
+    n = len(train_df)
+    train_ids, train_mask, test_ids, test_mask = ids[:n], mask[:n], ids[n:], mask[n:]
     data = PreparedData(
         train_ids=train_ids,
         train_mask=train_mask,
