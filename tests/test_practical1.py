@@ -212,3 +212,123 @@ def test_hand_examples_agree_with_reference():
         ref.bag_of_bigrams(graded.HAND_IDS, graded.HAND_MASK, graded.HAND_V, graded.HAND_BUCKETS),
         graded.HAND_BAG,
     )
+
+
+# --------------------------------------------------------------------------- baselines
+
+
+def test_baseline_config_validates():
+    from m2l_nlp.baselines import BaselineConfig
+
+    with pytest.raises(ValueError, match="choose one of"):
+        BaselineConfig(model="svm")
+    with pytest.raises(ValueError, match="p_dropout"):
+        BaselineConfig(p_dropout=1.0)
+    config = BaselineConfig(model="lstm", hidden_sizes=(8, 4))
+    assert BaselineConfig.from_dict(config.to_dict()) == config
+
+
+@pytest.mark.parametrize("model", ["bow-mlp", "bigram-mlp", "lstm"])
+def test_baseline_forward_shapes_and_padding(model):
+    import haiku as hk
+    import jax
+
+    from m2l_nlp.baselines import BaselineConfig, make_forward
+
+    config = BaselineConfig(model=model, num_buckets=64, hidden_sizes=(8,), hidden_size=8)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(1, 50, size=(3, 12)).astype(np.int32)
+    mask = (np.arange(12)[None, :] < np.array([[12], [7], [3]])).astype(np.int32)
+    ids = ids * mask
+    transformed = hk.transform(make_forward(config, vocab_size=50))
+    params = transformed.init(jax.random.PRNGKey(0), ids, mask, True)
+    logits = transformed.apply(params, None, ids, mask, False)
+    assert logits.shape == (3,)
+    # More padding (with junk ids) does not change the logits.
+    longer_ids = np.concatenate([ids, rng.integers(1, 50, size=(3, 5))], 1).astype(np.int32)
+    longer_mask = np.concatenate([mask, np.zeros((3, 5), np.int32)], 1)
+    np.testing.assert_allclose(
+        transformed.apply(params, None, longer_ids, longer_mask, False), logits, atol=1e-5
+    )
+
+
+def test_tfidf_forward_needs_idf_of_the_right_size():
+    from m2l_nlp.baselines import BaselineConfig, make_forward
+
+    config = BaselineConfig(model="bigram-mlp", num_buckets=64, use_tfidf=True)
+    with pytest.raises(ValueError, match="idf"):
+        make_forward(config, vocab_size=50)
+    with pytest.raises(ValueError, match=r"\(114,\)"):
+        make_forward(config, vocab_size=50, idf=np.ones(50, np.float32))
+
+
+def test_batched_idf_equals_fit_idf():
+    """The chunked document frequencies give the exercise's fit_idf on the dense matrix."""
+    from m2l_nlp import baselines
+    from m2l_nlp.baselines import BaselineConfig, featurizer, fit_baseline_idf
+
+    config = BaselineConfig(model="bigram-mlp", num_buckets=32, use_tfidf=True)
+    rng = np.random.default_rng(1)
+    ids = rng.integers(1, 40, size=(37, 10)).astype(np.int32)
+    mask = (np.arange(10)[None, :] < rng.integers(1, 11, size=(37, 1))).astype(np.int32)
+    ref = load_practical(PRACTICAL, "solutions")
+    dense = np.asarray(featurizer(config, 40)(ids, mask))
+    # A batch of 8 (not the default 256 > 37 reviews) so that the chunking is exercised.
+    df = baselines.document_frequencies(featurizer(config, 40), ids, mask, batch_size=8)
+    np.testing.assert_array_equal(df, (dense != 0).sum(0))
+    np.testing.assert_allclose(
+        baselines.idf_from_frequencies(df, len(ids)), ref.fit_idf(dense), rtol=1e-6
+    )
+    np.testing.assert_allclose(fit_baseline_idf(config, 40, ids, mask), ref.fit_idf(dense))
+
+
+def test_split_and_confusion():
+    from m2l_nlp.baselines import confusion, split_validation
+
+    train, val = split_validation(100, 0.2, seed=3)
+    assert len(val) == 20 and len(train) == 80
+    assert sorted(np.concatenate([train, val]).tolist()) == list(range(100))
+    with pytest.raises(ValueError):
+        split_validation(10, 1.0)
+    labels = np.array([0, 0, 1, 1, 1])
+    logits = np.array([-1.0, 2.0, 3.0, -0.5, 0.1])
+    np.testing.assert_array_equal(confusion(labels, logits), [[1, 1], [1, 2]])
+
+
+def test_cli_lists_every_baseline():
+    from m2l_nlp import baselines, cli
+
+    assert cli.BASELINES == baselines.MODELS == tuple(baselines.RECIPES)
+
+
+@pytest.mark.slow
+def test_cli_trains_a_baseline_on_small_data(tmp_path, capsys):
+    """`m2l-nlp train --model bow-mlp --data small` learns something and writes its metrics."""
+    import json
+
+    from m2l_nlp import cli
+
+    out = tmp_path / "run"
+    code = cli.main(
+        [
+            "train",
+            "--model",
+            "bow-mlp",
+            "--data",
+            "small",
+            "--epochs",
+            "2",
+            "--out",
+            str(out),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--no-progress",
+        ]
+    )
+    assert code == 0
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert metrics["model"] == "bow-mlp"
+    assert sum(map(sum, metrics["confusion"])) == 500
+    assert metrics["test_accuracy"] > 0.65  # chance is 0.5
+    assert (out / "training_curves.png").is_file()
+    assert "test accuracy" in capsys.readouterr().out
