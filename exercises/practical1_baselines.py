@@ -46,6 +46,14 @@ import jax
 import jax.numpy as jnp
 
 # %% [markdown]
+# After each exercise, run its `check(...)` cell: it runs the same graded checks as
+# `pytest -m <exercise>` on the objects defined in this notebook and says in words what
+# is wrong. (These cells, and the training cells at the end, exist only in the notebook.)
+
+# %% active="ipynb"
+# from m2l_nlp.grading import check
+
+# %% [markdown]
 # ## 1. Multi-hot encoding (bag of words)
 #
 # For every review, build a vector of length `V` (the vocabulary size) that holds 1 at
@@ -77,6 +85,10 @@ def multi_hot(ids: jax.Array, mask: jax.Array, vocab_size: int) -> jax.Array:
     """
     # YOUR CODE HERE
     raise NotImplementedError("multi_hot: not implemented yet")
+
+
+# %% active="ipynb"
+# check("multi_hot", multi_hot)
 
 
 # %% [markdown]
@@ -144,6 +156,10 @@ def bag_of_bigrams(ids: jax.Array, mask: jax.Array, vocab_size: int, num_buckets
     raise NotImplementedError("bag_of_bigrams: not implemented yet")
 
 
+# %% active="ipynb"
+# check("bag_of_bigrams", bigram_ids, bag_of_bigrams)
+
+
 # %% [markdown]
 # ## 3. TF-IDF weighting
 #
@@ -190,6 +206,10 @@ def tfidf(features: jax.Array, idf: jax.Array) -> jax.Array:
     raise NotImplementedError("tfidf: not implemented yet")
 
 
+# %% active="ipynb"
+# check("tfidf", fit_idf, tfidf)
+
+
 # %% [markdown]
 # ## 4. An MLP classifier
 #
@@ -228,6 +248,10 @@ class MLPClassifier(hk.Module):
         """Logits `(B,)` for features `(B, F)`; dropout after each hidden layer if `is_train`."""
         # YOUR CODE HERE
         raise NotImplementedError("MLPClassifier: not implemented yet")
+
+
+# %% active="ipynb"
+# check("mlp_classifier", MLPClassifier)
 
 
 # %% [markdown]
@@ -284,22 +308,30 @@ class LSTMClassifier(hk.Module):
         raise NotImplementedError("LSTMClassifier: not implemented yet")
 
 
+# %% active="ipynb"
+# check("lstm_classifier", LSTMClassifier)
+
+
 # %% [markdown]
 # ## 6. Train the baselines on IMDB
 #
 # The cells below run only in the notebook (they download IMDB and train). The same runs are
-# available from the command line, e.g. `m2l-nlp train --model bigram-mlp`.
+# available from the command line, e.g. `m2l-nlp train --model bigram-mlp`. The baselines of
+# `m2l_nlp.baselines` use *your* functions and modules when trained with `impl="exercises"`
+# (`train_baseline(config, data, impl="exercises", **settings)`, locally).
 #
 # Things to try: compare `bow-mlp` with `bigram-mlp` (does word order help?), with and without
 # TF-IDF; then the LSTM, which reads the words in order but is much slower to train. Keep the
 # test set for the very end: choose the settings (epochs, dropout) on the validation split.
 
 # %% active="ipynb"
-# from m2l_nlp.baselines import BaselineConfig, train_baseline
+# from m2l_nlp.baselines import RECIPES, train_baseline
 # from m2l_nlp.data import prepare_imdb
 #
 # data = prepare_imdb(vocab_size=20000, seq_len=600)
-# result = train_baseline(BaselineConfig(model="bigram-mlp"), data)
+# config, settings = RECIPES["bigram-mlp"]  # the recipe of `m2l-nlp train --model bigram-mlp`
+# print(config, settings)
+# result = train_baseline(config, data, **settings)
 # print(result.summary())
 
 # %% active="ipynb"

@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+import haiku as hk
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -39,6 +40,7 @@ class BaselineConfig:
         p_dropout: dropout rate (MLP hidden layers; LSTM final state).
         num_buckets: bigram buckets (``bigram-mlp``).
         use_tfidf: weigh the MLP features by TF-IDF fitted on the training reviews.
+        input_dropout: dropout rate on the MLP's input features (training only).
         embed_size, hidden_size: LSTM sizes.
         max_len: the LSTM reads only the first ``max_len`` tokens (recurrence is slow on CPU).
     """
@@ -48,6 +50,7 @@ class BaselineConfig:
     p_dropout: float = 0.5
     num_buckets: int = 2**17
     use_tfidf: bool = False
+    input_dropout: float = 0.0
     embed_size: int = 64
     hidden_size: int = 64
     max_len: int = 256
@@ -55,8 +58,9 @@ class BaselineConfig:
     def __post_init__(self) -> None:
         if self.model not in MODELS:
             raise ValueError(f"unknown baseline {self.model!r}: choose one of {', '.join(MODELS)}")
-        if not 0 <= self.p_dropout < 1:
-            raise ValueError(f"p_dropout must be in [0, 1), not {self.p_dropout}")
+        for name in ("p_dropout", "input_dropout"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name} must be in [0, 1), not {getattr(self, name)}")
         if self.num_buckets < 1 or self.max_len < 1:
             raise ValueError("num_buckets and max_len must be positive")
 
@@ -163,6 +167,8 @@ def make_forward(
         x = features(input_ids, mask)
         if config.use_tfidf:
             x = p1.tfidf(x, weights)
+        if is_train and config.input_dropout > 0:
+            x = hk.dropout(hk.next_rng_key(), config.input_dropout, x)
         return p1.MLPClassifier(config.hidden_sizes, config.p_dropout, name="mlp")(x, is_train)
 
     return mlp_forward
@@ -245,7 +251,6 @@ def train_baseline(
     """
     import time
 
-    import haiku as hk
     import optax
 
     start_time = time.perf_counter()
