@@ -641,15 +641,20 @@ def _copy_repo(tmp_path: Path, exercises_from_solutions: bool) -> Path:
     return root
 
 
-def _pytest(root: Path, *args: str, extra_modules: str = "") -> subprocess.CompletedProcess:
+def _pytest(
+    root: Path, *args: str, extra_modules: str = "", impl: str = "", runner: str = "pytest"
+) -> subprocess.CompletedProcess:
     package_home = Path(m2l_nlp.__file__).resolve().parent.parent  # the code under test
     path = os.pathsep.join([str(root), str(package_home), os.environ.get("PYTHONPATH", "")])
     env = dict(os.environ, M2L_ROOT=str(root), PYTHONPATH=path)
     env.pop("M2L_IMPL", None)
+    if impl:
+        env["M2L_IMPL"] = impl
     if extra_modules:
         env["M2L_GRADING_MODULES"] = extra_modules
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args]
-    return subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
+    cmd = [sys.executable, "-m", runner, "-q", "-p", "no:cacheprovider", *args]
+    cwd = root if runner == "pytest" else root.parent  # the grading entry point finds the root
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=600)
 
 
 def test_fresh_stubs_are_all_not_started(tmp_path):
@@ -734,3 +739,11 @@ def test_import_error_and_timeout_are_reported(tmp_path):
     assert tests["fine"]["status"] == "passed"  # the other practical is still graded
     assert tests["spin"]["status"] == "failed" and "stopped after 2 s" in tests["spin"]["output"]
     assert tests["broken"]["status"] == "failed" and tests["broken"]["output"].startswith("error")
+
+
+def test_grading_entry_point_and_impl_env(tmp_path):
+    """`python -m m2l_nlp.grading` (what `m2l-nlp grade` calls) with M2L_IMPL=solutions."""
+    root = _copy_repo(tmp_path, exercises_from_solutions=False)
+    run = _pytest(root, "-m", "scaled_dot_product", impl="solutions", runner="m2l_nlp.grading")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "score (solutions/)" in run.stdout and "15 / 15" in run.stdout
