@@ -297,8 +297,11 @@ class ExerciseResult:
         )
         return "\n".join([head, *("  " + m.replace("\n", "\n    ") for m in self.messages())])
 
-    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:  # IPython display
-        printer.text(str(self))
+    def __repr__(self) -> str:  # short: check() has already printed the details
+        return (
+            f"<{self.exercise.name}: {self.status}, {self.points:g}/{self.exercise.points:g} "
+            "points>"
+        )
 
 
 def aggregate(statuses: list[str]) -> str:
