@@ -69,6 +69,8 @@ import jax.numpy as jnp
 # each `x[rows[i], cols[i]]` becomes the maximum of itself and `values[i]`, and repeated
 # indices are combined correctly (`.set` would keep an arbitrary one of them).
 # `rows = jnp.arange(N)[:, None]` broadcasts against `ids` of shape `(N, S)`.
+# Write the encodings with `jnp`, not NumPy: they must work under `jax.jit`, because the
+# training loop computes the features of each batch inside its compiled step.
 
 
 # %%
