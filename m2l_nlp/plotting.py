@@ -96,6 +96,7 @@ def plot_attention_maps(
     example: int = 0,
     mask: Any = None,
     title: str = "Attention maps",
+    vmax: float | None = None,
 ) -> Figure:
     """A layers x heads grid of attention weights for one example.
 
@@ -108,6 +109,8 @@ def plot_attention_maps(
         mask: optional `(B, S)` or `(S,)` padding mask (1 = token): cuts the plot to the
             real tokens when ``tokens`` is not given.
         title: figure title.
+        vmax: weight shown in the brightest colour; ``None`` uses the largest weight drawn
+            (a long review spreads its attention thin), 1.0 fixes the scale across figures.
 
     Returns:
         A figure with ``layers * heads`` panels.
@@ -125,6 +128,8 @@ def plot_attention_maps(
         m = m[example] if m.ndim == 2 else m
         length = max(int((m != 0).sum()), 1)
     weights = weights[:, :, :length, :length]
+    if vmax is None:
+        vmax = float(weights.max()) if weights.max() > 0 else 1.0
 
     size = min(2.2 + 0.12 * length, 4.5)
     fig = NotebookFigure(figsize=(size * n_heads, size * n_layers + 0.6), layout="constrained")
@@ -134,7 +139,7 @@ def plot_attention_maps(
         for head in range(n_heads):
             ax = axes[layer, head]
             image = ax.imshow(
-                weights[layer, head], cmap="viridis", vmin=0, vmax=1, interpolation="none"
+                weights[layer, head], cmap="viridis", vmin=0, vmax=vmax, interpolation="none"
             )
             ax.set_title(f"layer {layer + 1}, head {head + 1}", fontsize=9)
             ticks = np.arange(length)

@@ -178,3 +178,12 @@ def test_figures_show_themselves_as_png_in_notebooks():
     ]
     for fig in figures:
         assert fig._repr_png_()[:8] == PNG_MAGIC
+
+
+def test_attention_colour_scale_defaults_to_the_largest_weight():
+    maps = [np.full((1, 1, 4, 4), 0.25)]
+    maps[0][0, 0, 0, 1] = 0.4
+    image = image_axes(plotting.plot_attention_maps(maps))[0].images[0]
+    assert image.get_clim() == (0.0, 0.4)
+    image = image_axes(plotting.plot_attention_maps(maps, vmax=1.0))[0].images[0]
+    assert image.get_clim() == (0.0, 1.0)
