@@ -103,6 +103,7 @@ def download_imdb(
         return dest
     dest_dir.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=f".{name}.", suffix=".part")
+    os.chmod(tmp, 0o644)  # mkstemp makes it private; the final file is an ordinary one
     digest = hashlib.sha256()
     try:
         with os.fdopen(fd, "wb") as out:
@@ -152,8 +153,10 @@ def resolve_source(source: str | os.PathLike | None = None, *, progress: bool = 
     ``data/``). A URL (``http(s)://``, ``file://``) is downloaded into ``data/`` (the sha256
     is checked for the official URL only).
     """
+    origin = ""
     if source is None:
         source = os.environ.get(SOURCE_ENV) or IMDB_URL
+        origin = f" (from {SOURCE_ENV})" if os.environ.get(SOURCE_ENV) else ""
     text = os.fspath(source)
     if re.match(r"^(https?|ftp|file)://", text):
         sha = IMDB_SHA256 if text == IMDB_URL else None
@@ -161,7 +164,7 @@ def resolve_source(source: str | os.PathLike | None = None, *, progress: bool = 
     path = Path(text).expanduser()
     if not path.exists():
         raise FileNotFoundError(
-            f"IMDB source {path} does not exist: give an aclImdb_v1.tar.gz, an extracted "
+            f"IMDB source {path}{origin} does not exist: give an aclImdb_v1.tar.gz, an extracted "
             f"aclImdb/ folder, or leave it unset to download {IMDB_URL}"
         )
     return path
@@ -359,6 +362,7 @@ def fingerprint(path: str | os.PathLike) -> str:
 def _atomic_savez(path: Path, **arrays: np.ndarray) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.chmod(tmp, 0o644)
     try:
         with os.fdopen(fd, "wb") as f:
             np.savez(f, **arrays)
@@ -465,6 +469,7 @@ def extract_imdb(archive: str | os.PathLike, dest: str | os.PathLike) -> Path:
         raise FileExistsError(f"{final} already exists: delete it first or choose another dest")
     dest.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=dest, prefix=".aclImdb-"))
+    tmp.chmod(0o755)
     try:
         found = _read_archive(archive)
         _check_layout(found, archive)
@@ -577,6 +582,7 @@ def prepare_imdb(
 def _save_prepared(folder: Path, data: PreparedData, settings: dict) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}-"))
+    tmp.chmod(0o755)
     try:
         small = data.vocab_size <= np.iinfo(np.uint16).max
         arrays = {}

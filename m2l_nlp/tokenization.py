@@ -62,6 +62,7 @@ def save_tokenizer(tokenizer: Tokenizer, path: str | os.PathLike) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.chmod(tmp, 0o644)  # mkstemp makes it private; the final file is an ordinary one
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(tokenizer.to_str())

@@ -241,9 +241,12 @@ def test_archive_without_reviews(tmp_path):
         data.load_imdb(out)
 
 
-def test_missing_source(tmp_path):
+def test_missing_source(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         data.load_imdb(tmp_path / "nope.tar.gz")
+    monkeypatch.setenv(data.SOURCE_ENV, str(tmp_path / "gone"))
+    with pytest.raises(FileNotFoundError, match=f"from {data.SOURCE_ENV}"):
+        data.load_imdb()
 
 
 # --------------------------------------------------------------------------- caches
