@@ -219,6 +219,17 @@ def test_corrupt_archive(archive, tmp_path):
         data.load_imdb(junk)
 
 
+def test_corrupt_tar_header(tmp_path):
+    plain = tmp_path / "plain.tar"
+    with tarfile.open(plain, "w") as tar:
+        tar.add(data.SMALL_DATA, arcname="aclImdb")
+    raw = bytearray(plain.read_bytes())
+    raw[0] ^= 0x20  # the first member's name: only the header checksum can tell
+    plain.write_bytes(bytes(raw))
+    with pytest.raises(data.CorruptArchiveError, match="wrong checksum"):
+        data.load_imdb(plain)
+
+
 def test_folder_without_pos_neg(tmp_path):
     (tmp_path / "aclImdb" / "train" / "pos").mkdir(parents=True)
     (tmp_path / "aclImdb" / "train" / "pos" / "0_9.txt").write_text("fine")

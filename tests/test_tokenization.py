@@ -127,6 +127,7 @@ TRICKY = [
     "\u03a3\u039f\u03a6\u039f\u03a3 \u1e9e STRASSE",  # final sigma: Python and Rust differ
     "e\u0301t\u00e9 combining \ufb01 ligature \U0001f600 emoji",
     "\x00 a NUL",
+    "\x00 \x00\x00 x\x00\x00\x00 end",  # NUL runs of different lengths
     "!!!!????....,,,,",
     "word " * 400,  # longer than seq_len
     "__init__ x_y 1_000 a1b2",
