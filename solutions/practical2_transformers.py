@@ -530,3 +530,109 @@ def classifier_forward(
 
 # %% active="ipynb"
 # check("classifier", masked_pool, TransformerClassifier)
+
+
+# %% [markdown]
+# ## 9. Training the classifier
+#
+# Time to train the model you wrote. The course package does the plumbing: it trains a
+# tokenizer on the training reviews, turns every review into `input_ids` and a padding `mask`
+# of length `seq_len`, and runs a jitted training loop (AdamW, one evaluation on the test set
+# after every epoch).
+#
+# By default this uses the small set of reviews bundled with the repository (1,000 for
+# training and 500 for testing, short made-up reviews meant for quick runs): it trains in about
+# a minute on a CPU. For the real IMDB (25,000 + 25,000 reviews, downloaded once, about 80 MB)
+# set `FULL_IMDB = True`, preferably on a GPU (in Colab: *Runtime > Change runtime type*). A
+# local copy of the archive works too: `prepare_imdb(source="path/to/aclImdb_v1.tar.gz")`, or
+# set the environment variable `M2L_NLP_IMDB` to that path.
+
+# %% active="ipynb"
+# from m2l_nlp.data import SMALL_DATA, prepare_imdb
+# from m2l_nlp.tokenization import batch_encode
+# from m2l_nlp.training import TrainSettings, init_params, train
+#
+# FULL_IMDB = False
+# if FULL_IMDB:
+#     data = prepare_imdb(source=None, vocab_size=20000, seq_len=600)
+#     config = ClassifierConfig(vocab_size=data.vocab_size, max_len=600)
+#     settings = TrainSettings(epochs=4)
+# else:
+#     data = prepare_imdb(source=SMALL_DATA, vocab_size=2000, seq_len=128)
+#     config = ClassifierConfig(vocab_size=data.vocab_size, num_heads=4, d_ff=64, max_len=128)
+#     settings = TrainSettings(epochs=4, learning_rate=5e-3, crop_len=128)
+# print(f"{len(data.train_labels)} training and {len(data.test_labels)} test reviews")
+# print(f"vocabulary: {data.vocab_size} tokens; {config}")
+
+
+# %% [markdown]
+# Two transformed functions share the same parameters: `model` is the classifier (logits),
+# and `maps_model` runs the same modules up to the encoder and returns its attention maps
+# (it needs no key: dropout is off). Before any training the attention is spread almost
+# evenly over the tokens of the review.
+
+# %% active="ipynb"
+# def forward(input_ids, mask, is_train=True):
+#     return classifier_forward(input_ids, mask, is_train, config=config)
+#
+#
+# def attention_maps(input_ids, mask):
+#     return TransformerClassifier(config, name="classifier").get_attention_maps(input_ids, mask)
+#
+#
+# model = hk.transform(forward)
+# maps_model = hk.transform(attention_maps)
+# get_maps = jax.jit(maps_model.apply)  # compiled once, used before and after training
+# params = init_params(model, jax.random.PRNGKey(0), config)
+#
+# review = "A wonderful film. The acting was not bad at all."
+# ids, mask = batch_encode(data.tokenizer, [review], seq_len=config.max_len)
+# tokens = [data.tokenizer.id_to_token(int(i)) for i in ids[0, : mask[0].sum()]]
+# plotting.plot_attention_maps(
+#     get_maps(params, None, ids, mask), tokens=tokens, title="Attention before training"
+# )
+
+
+# %% [markdown]
+# Now train. Each line of the log is one epoch: the training loss and accuracy, and the loss
+# and accuracy on the test reviews.
+
+# %% active="ipynb"
+# result = train(
+#     model,
+#     params,
+#     (data.train_ids, data.train_mask, data.train_labels),
+#     settings,
+#     eval_data=(data.test_ids, data.test_mask, data.test_labels),
+#     eval_name="test",
+# )
+# plotting.plot_training_curves(result.history)
+
+
+# %% [markdown]
+# The confusion matrix counts the test reviews by true label (rows) and predicted label
+# (columns): the diagonal holds the correct answers.
+
+# %% active="ipynb"
+# plotting.plot_confusion_matrix(result.eval_result.confusion, title="Test reviews")
+
+
+# %% [markdown]
+# The trained model on new sentences (the number is the predicted probability that the
+# review is positive), and the attention maps of the same review as before: after training
+# some heads concentrate on a few tokens.
+
+# %% active="ipynb"
+# reviews = [
+#     "One of the best films I have seen: moving, funny and beautifully shot.",
+#     "A dull, tedious waste of two hours. The plot made no sense.",
+# ]
+# new_ids, new_mask = batch_encode(data.tokenizer, reviews, seq_len=config.max_len)
+# probabilities = jax.nn.sigmoid(model.apply(result.params, None, new_ids, new_mask, False))
+# for text, p in zip(reviews, probabilities):
+#     print(f"{float(p):.2f}  {text}")
+
+
+# %% active="ipynb"
+# trained_maps = get_maps(result.params, None, ids, mask)
+# plotting.plot_attention_maps(trained_maps, tokens=tokens, title="Attention after training")
