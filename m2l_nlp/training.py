@@ -110,14 +110,21 @@ def _decay_mask(params: hk.Params) -> Any:
 
 def make_optimizer(settings: TrainSettings, total_steps: int) -> optax.GradientTransformation:
     """Gradient clipping, then AdamW with linear warm-up and cosine decay."""
-    warmup = max(1, round(settings.warmup_fraction * total_steps))
-    schedule = optax.warmup_cosine_decay_schedule(
-        init_value=0.0,
-        peak_value=settings.learning_rate,
-        warmup_steps=warmup,
-        decay_steps=max(total_steps, warmup + 1),
-        end_value=settings.learning_rate * settings.final_lr_fraction,
-    )
+    total_steps = max(int(total_steps), 1)
+    warmup = min(round(settings.warmup_fraction * total_steps), total_steps - 1)
+    end_value = settings.learning_rate * settings.final_lr_fraction
+    if warmup > 0:
+        schedule = optax.warmup_cosine_decay_schedule(
+            init_value=0.0,
+            peak_value=settings.learning_rate,
+            warmup_steps=warmup,
+            decay_steps=total_steps,
+            end_value=end_value,
+        )
+    else:
+        schedule = optax.cosine_decay_schedule(
+            settings.learning_rate, total_steps, alpha=settings.final_lr_fraction
+        )
     return optax.chain(
         optax.clip_by_global_norm(settings.clip_norm),
         optax.adamw(schedule, weight_decay=settings.weight_decay, mask=_decay_mask),
@@ -485,6 +492,7 @@ def train(
     rng = np.random.default_rng(settings.seed)
     steps_per_epoch = len(train_plan(lengths, settings.batch_size, settings.crop_len, rng).widths)
     optimizer = optimizer or make_optimizer(settings, settings.epochs * steps_per_epoch)
+    params = jax.tree_util.tree_map(lambda x: jnp.array(x, copy=True), params)  # steps donate
     state = devices.put_replicated(init_state(params, optimizer), mesh)
     step = _make_epoch_step(model, optimizer, mesh)
     key = jax.random.PRNGKey(settings.seed)
