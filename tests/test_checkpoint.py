@@ -1,0 +1,110 @@
+"""Tests of m2l_nlp.checkpoint: atomic save, load checks, predict on custom reviews."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import jax
+import numpy as np
+import pytest
+
+from m2l_nlp import checkpoint as ck
+from m2l_nlp import training
+from m2l_nlp.config import ClassifierConfig
+from m2l_nlp.tokenization import train_tokenizer
+
+TEXTS = [
+    "a wonderful film, truly great acting",
+    "terrible plot and awful dialogue, a boring mess",
+    "the best movie of the year",
+    "i hated every minute of it",
+] * 5
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(TEXTS, vocab_size=60)
+
+
+@pytest.fixture(scope="module")
+def config(tokenizer):
+    return ClassifierConfig(
+        vocab_size=tokenizer.get_vocab_size(),
+        num_layers=1,
+        num_heads=2,
+        d_model=8,
+        d_ff=16,
+        max_len=32,
+    )
+
+
+@pytest.fixture(scope="module")
+def params(config):
+    model = training.build_model(config)
+    return jax.device_get(training.init_params(model, jax.random.PRNGKey(0), config))
+
+
+def test_round_trip(tmp_path, params, config, tokenizer):
+    path = ck.save_checkpoint(tmp_path / "ckpt", params, config, tokenizer, {"acc": 0.5})
+    loaded = ck.load_checkpoint(path, expected_config=config)
+    assert loaded.config == config and loaded.meta == {"acc": 0.5}
+    assert jax.tree_util.tree_structure(loaded.params) == jax.tree_util.tree_structure(params)
+    leaves = jax.tree_util.tree_leaves
+    for a, b in zip(leaves(params), leaves(loaded.params), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert loaded.tokenizer.encode(TEXTS[0]).ids == tokenizer.encode(TEXTS[0]).ids
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]  # no temporary left
+
+
+def test_save_replaces_atomically_and_cleans_up_on_failure(tmp_path, params, config, tokenizer):
+    path = tmp_path / "ckpt"
+    ck.save_checkpoint(path, params, config, tokenizer, {"run": 1})
+    ck.save_checkpoint(path, params, config, tokenizer, {"run": 2})
+    assert ck.load_checkpoint(path).meta == {"run": 2}
+
+    class Broken:
+        def save(self, _path):
+            raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        ck.save_checkpoint(path, params, config, Broken(), {"run": 3})
+    assert ck.load_checkpoint(path).meta == {"run": 2}  # the old checkpoint is intact
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_load_refuses_a_mismatched_config(tmp_path, params, config, tokenizer):
+    path = ck.save_checkpoint(tmp_path / "ckpt", params, config, tokenizer)
+    other = dataclasses.replace(config, d_model=16)
+    with pytest.raises(ck.CheckpointError, match=r"d_model: saved 8 vs expected 16"):
+        ck.load_checkpoint(path, expected_config=other)
+    # a config.json that does not fit the saved arrays
+    edited = dict(config.to_dict(), d_model=4, num_heads=2)
+    (path / ck.CONFIG_FILE).write_text(json.dumps(edited))
+    with pytest.raises(ck.CheckpointError, match="do not belong together"):
+        ck.load_checkpoint(path)
+
+
+def test_load_names_missing_files(tmp_path):
+    (tmp_path / "half").mkdir()
+    with pytest.raises(ck.CheckpointError, match="missing params.npz, config.json"):
+        ck.load_checkpoint(tmp_path / "half")
+
+
+def test_predict_any_text(tmp_path, params, config, tokenizer):
+    path = ck.save_checkpoint(tmp_path / "ckpt", params, config, tokenizer)
+    texts = ["", "great " * 5000, "Très bien, 素晴らしい映画 🎬", TEXTS[1], "   "]
+    probs = ck.predict(texts, path)
+    assert probs.shape == (5,) and np.isfinite(probs).all()
+    assert ((probs > 0) & (probs < 1)).all()
+    assert ck.predict("", path).shape == (1,)
+    assert ck.predict([], path).shape == (0,)
+    # the same numbers as the model applied directly to the encoded, truncated review
+    from m2l_nlp.tokenization import batch_encode
+
+    ids, mask = batch_encode(tokenizer, texts, seq_len=config.max_len)
+    model = training.build_model(config)
+    logits = np.asarray(model.apply(params, None, ids, mask, False))
+    np.testing.assert_allclose(probs, 1 / (1 + np.exp(-logits)), rtol=1e-4, atol=1e-6)
+    with pytest.raises(TypeError, match="list of strings"):
+        ck.predict([1, 2], path)

@@ -1,0 +1,100 @@
+"""Tests of m2l_nlp.devices, and data-parallel training on 8 (forced) CPU devices."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import pytest
+from jax.sharding import AxisType
+
+from m2l_nlp import devices
+
+
+def test_configure_environment_keeps_a_user_choice(monkeypatch):
+    monkeypatch.delenv("XLA_PYTHON_CLIENT_PREALLOCATE", raising=False)
+    devices.configure_environment()
+    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "false"
+    monkeypatch.setenv("XLA_PYTHON_CLIENT_PREALLOCATE", "true")
+    devices.configure_environment()
+    assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
+
+
+def test_mesh_is_one_auto_data_axis_over_local_devices():
+    mesh = devices.make_mesh()
+    assert mesh.axis_names == (devices.DATA_AXIS,)
+    assert mesh.axis_types == (AxisType.Auto,)
+    assert mesh.devices.size == len(jax.local_devices())
+    assert devices.accelerator() in ("cpu", "gpu", "tpu")
+    assert devices.describe_devices().startswith(devices.accelerator())
+
+
+def test_batch_size_must_split_over_devices():
+    mesh = devices.make_mesh(jax.local_devices()[:1])
+    devices.check_batch_size(7, mesh)
+
+    class Fake:
+        class devices:  # noqa: N801 - mimics mesh.devices.size
+            size = 8
+
+    with pytest.raises(ValueError, match="not divisible by the 8 devices"):
+        devices.check_batch_size(12, Fake)
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import json, sys
+    import jax, numpy as np
+    from m2l_nlp import devices, training
+    from m2l_nlp.config import ClassifierConfig
+
+    assert len(jax.devices()) == 8, jax.devices()
+    cfg = ClassifierConfig(vocab_size=40, num_layers=1, num_heads=2, d_model=8, d_ff=16,
+                           p_dropout=0.1, max_len=40)
+    model = training.build_model(cfg)
+    params = training.init_params(model, jax.random.PRNGKey(0), cfg)
+    rng = np.random.default_rng(0)
+    n = 60  # not a multiple of the batch: partial batches are sharded too
+    lengths = rng.integers(3, 41, n)
+    mask = (np.arange(40) < lengths[:, None]).astype(np.int32)
+    labels = rng.integers(0, 2, n).astype(np.int32)
+    ids = rng.integers(5, 40, (n, 40)).astype(np.int32) * mask
+    ids[:, 0] = np.where(labels == 1, 3, 4)
+    settings = training.TrainSettings(epochs=2, batch_size=16, learning_rate=1e-2, crop_len=24)
+    out = {}
+    for name, devs in (("one", jax.devices()[:1]), ("eight", jax.devices())):
+        mesh = devices.make_mesh(devs)
+        result = training.train(model, params, (ids, mask, labels), settings,
+                                eval_data=(ids, mask, labels), mesh=mesh, progress=False,
+                                log=None)
+        leaves = jax.tree_util.tree_leaves(result.params)
+        out[name] = {
+            "history": result.history,
+            "params": [np.asarray(x).ravel().tolist() for x in leaves],
+            "shardings": sorted({str(x.sharding.spec) for x in leaves}),
+            "n_devices": sorted({len(x.devices()) for x in leaves}),
+        }
+    json.dump(out, sys.stdout)
+    """
+)
+
+
+def test_eight_devices_train_like_one():
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=8")
+    env["JAX_PLATFORMS"] = "cpu"
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout)
+    one, eight = out["one"], out["eight"]
+    assert one["n_devices"] == [1] and eight["n_devices"] == [8]
+    assert eight["shardings"] == ["PartitionSpec()"]  # parameters replicated
+    for key in one["history"]:
+        assert eight["history"][key] == pytest.approx(one["history"][key], rel=1e-4, abs=1e-5)
+    for a, b in zip(one["params"], eight["params"], strict=True):
+        assert b == pytest.approx(a, rel=1e-3, abs=1e-4)
