@@ -313,3 +313,17 @@ def test_student_notebook_runs_until_its_first_not_implemented_error(
     for cell in code[:last]:
         if cell.source.startswith("check("):
             assert "not started" in outputs_text(cell), outputs_text(cell)
+
+
+def test_readme_colab_links_point_at_the_generated_notebooks():
+    """Every "Open in Colab" link in the README opens a notebook that exists, in REPO_URL;
+    once the README has such links, every notebook has one."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    links = set(re.findall(r"https://colab\.research\.google\.com/github/[^)\s\"']+", readme))
+    expected = {
+        notebooks.colab_url(path.relative_to(ROOT).as_posix())
+        for path in sorted((ROOT / "notebooks").glob("*.ipynb"))
+    }
+    assert links <= expected, f"README links to notebooks that do not exist: {links - expected}"
+    if links:
+        assert links == expected, f"notebooks without a Colab badge: {expected - links}"
