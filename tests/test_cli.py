@@ -1,0 +1,91 @@
+"""Tests of the ``m2l-nlp`` command line (train / predict / grade)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+
+from m2l_nlp import cli
+
+
+def test_presets_are_valid_configs():
+    from m2l_nlp.config import ClassifierConfig
+    from m2l_nlp.training import TrainSettings
+
+    for preset in cli.PRESETS.values():
+        ClassifierConfig(vocab_size=preset.vocab_size, max_len=preset.seq_len, **preset.model)
+        TrainSettings(**preset.train)
+    seed = cli.PRESETS["seed"]
+    assert (seed.model["d_model"], seed.model["num_layers"], seed.model["num_heads"]) == (32, 2, 8)
+    assert seed.seq_len == 600
+
+
+def test_bad_arguments_exit_with_usage(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--preset", "nope"])
+    assert "invalid choice" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main([])
+
+
+def test_predict_without_checkpoint_says_what_to_do(tmp_path, capsys):
+    assert cli.main(["predict", "great film", "--checkpoint", str(tmp_path / "none")]) == 2
+    assert "m2l-nlp train" in capsys.readouterr().err
+
+
+def test_grade_forwards_to_the_grader(monkeypatch):
+    seen = {}
+
+    def fake_main(argv):
+        seen["argv"] = list(argv)
+        return 3
+
+    import m2l_nlp.grading.cli as grading_cli
+
+    monkeypatch.setattr(grading_cli, "main", fake_main)
+    assert cli.main(["grade", "-m", "classifier", "--impl", "solutions"]) == 3
+    assert seen["argv"] == ["-m", "classifier", "--impl", "solutions"]
+
+
+@pytest.mark.slow
+def test_train_then_predict_on_the_small_dataset(tmp_path, capsys):
+    out = tmp_path / "run"
+    code = cli.main(
+        [
+            "train",
+            "--data",
+            "small",
+            "--preset",
+            "demo",
+            "--epochs",
+            "1",
+            "--out",
+            str(out),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            "--no-progress",
+        ]
+    )
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "epoch 1/1" in printed and "test accuracy" in printed and "true pos" in printed
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert sum(map(sum, metrics["confusion"])) == 500  # every test review counted once
+    assert 0.0 <= metrics["test_accuracy"] <= 1.0
+    assert len(metrics["history"]["loss"]) == 1
+    for name in ("training_curves.png", "confusion_matrix.png", "checkpoint/params.npz"):
+        assert (out / name).is_file(), name
+    assert cli.main(["predict", "I loved it", "", "--checkpoint", str(out / "checkpoint")]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 2 and all("p(positive)=" in line for line in lines)
+
+
+def test_module_entry_point_runs():
+    import subprocess
+
+    proc = subprocess.run(
+        [sys.executable, "-m", "m2l_nlp.cli", "--help"], capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and "train" in proc.stdout
