@@ -60,14 +60,18 @@ def reverse_batch(
     return inputs, inputs[:, ::-1].copy()
 
 
-def make_forward(config: ReverseConfig, impl: str = "solutions") -> Callable[..., Any]:
+def make_forward(
+    config: ReverseConfig, impl: str = "solutions", module: Any = None
+) -> Callable[..., Any]:
     """Stateful forward ``(inputs (B, L), is_train, return_maps=False)``.
 
     Returns the logits ``(B, L, num_digits)``, or with ``return_maps`` the attention maps of
     every block (a list of ``(B, h, L, L)``). The encoder and the positional encoding are
-    ``<impl>/practical2_transformers.py``'s (a student's, or the reference).
+    ``<impl>/practical2_transformers.py``'s (a student's, or the reference), or those of
+    ``module`` if given: anything with ``TransformerEncoder`` and ``PositionalEncoding``
+    attributes (in a notebook: ``sys.modules["__main__"]``).
     """
-    p2 = load_practical(PRACTICAL2, impl)
+    p2 = module if module is not None else load_practical(PRACTICAL2, impl)
 
     def forward(inputs: jax.Array, is_train: bool = True, return_maps: bool = False):
         embed = hk.Embed(config.num_digits, config.d_model, name="embed")
@@ -132,13 +136,15 @@ def train_reverse(
     config: ReverseConfig | None = None,
     impl: str = "solutions",
     log: Callable[[str], None] | None = None,
+    module: Any = None,
 ) -> ReverseResult:
-    """Train the reverse-sequence model with Adam on fresh random batches every step."""
+    """Train the reverse-sequence model with Adam on fresh random batches every step
+    (``impl`` and ``module`` as in :func:`make_forward`)."""
     import optax
 
     config = config or ReverseConfig()
     start = time.perf_counter()
-    model = hk.transform(make_forward(config, impl))
+    model = hk.transform(make_forward(config, impl, module))
     rng = np.random.default_rng(config.seed)
     inputs, _ = reverse_batch(rng, config.batch_size, config.seq_len, config.num_digits)
     params = model.init(jax.random.PRNGKey(config.seed), jnp.asarray(inputs), True)

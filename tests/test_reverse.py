@@ -98,7 +98,7 @@ def test_attention_is_anti_diagonal(trained, tmp_path):
 
 
 @pytest.mark.slow
-def test_without_positions_it_cannot_learn(monkeypatch):
+def test_without_positions_it_cannot_learn():
     """Negative control: with the positional encoding replaced by the identity, the model
     sees a set of digits and cannot reverse it, so the accuracy test above can fail."""
     p2 = load_practical("practical2_transformers", "solutions")
@@ -113,9 +113,7 @@ def test_without_positions_it_cannot_learn(monkeypatch):
     fake = types.SimpleNamespace(
         TransformerEncoder=p2.TransformerEncoder, PositionalEncoding=NoPositions
     )
-    monkeypatch.setattr("m2l_nlp.reverse.load_practical", lambda practical, impl: fake)
-    config = ReverseConfig(steps=150, batch_size=64)
-    result = train_reverse(config)
+    result = train_reverse(ReverseConfig(steps=150, batch_size=64), module=fake)
     assert result.accuracy < 0.5
 
 
