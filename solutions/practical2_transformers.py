@@ -71,7 +71,11 @@ from m2l_nlp.config import ClassifierConfig
 #
 # A mask says which keys a query may look at (1 = allowed, 0 = hidden). Hidden keys must
 # receive weight exactly 0: replace their scores by a very negative number *before* the
-# softmax. If a whole row is hidden, the result must still be a number, not NaN.
+# softmax. `-inf`, `-1e9` and `jnp.finfo(dtype).min` all work for the graded checks, with one
+# difference worth knowing: if *every* key of a row is hidden, `-inf` makes the softmax compute
+# 0/0 = NaN, while a large finite number gives a harmless uniform row. Padding masks hide a whole
+# row only for an empty review, and the reference uses `finfo.min` so that even then no NaN
+# can spread through the model.
 #
 # Hints: `jnp.swapaxes(k, -1, -2)` transposes the last two axes whatever the leading
 # axes are; `jax.nn.softmax(x, axis=-1)`; `jnp.where(mask, a, b)`;
