@@ -1,19 +1,22 @@
-"""Train practical 1's baselines on the full IMDB and print test accuracy and wall time.
+"""Train practical 1's baselines on the full IMDB and print a table of test accuracy and time.
 
     python benchmarks/baselines.py --source /work/shared/data/aclImdb_v1_labeled.tar.gz \
         --models bow-mlp bigram-mlp lstm
 
-Every model is selected on a validation split of the training reviews (10 %); the test set
-is evaluated once per model, with the selected epoch's params.
+Each model uses its recipe from ``m2l_nlp.baselines.RECIPES`` (the same as
+``m2l-nlp train --model <name>``); the epoch is selected on a validation split of the training
+reviews (10 %), and the test set is evaluated once per model, with that epoch's params.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import time
 
-from m2l_nlp.baselines import MODELS, BaselineConfig, train_baseline
+from m2l_nlp.baselines import MODELS, RECIPES, SEQ_LEN, VOCAB_SIZE, train_baseline
 from m2l_nlp.data import prepare_imdb
 
 
@@ -21,59 +24,50 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", default=None, help="IMDB .tar.gz or aclImdb/ folder")
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
-    parser.add_argument("--epochs", type=int, default=4)
-    parser.add_argument("--lstm-epochs", type=int, default=3)
-    parser.add_argument("--batch-size", type=int, default=128)
-    parser.add_argument("--lr", type=float, default=1e-3)
-    parser.add_argument("--num-buckets", type=int, default=2**17)
-    parser.add_argument("--hidden", type=int, nargs="+", default=[64])
-    parser.add_argument("--dropout", type=float, default=0.5)
-    parser.add_argument("--tfidf", action="store_true")
+    parser.add_argument("--epochs", type=int, default=None, help="override the recipes' epochs")
+    parser.add_argument("--num-buckets", type=int, default=None, help="override (bigram-mlp)")
     parser.add_argument("--json", default=None, help="write the results to this JSON file")
     args = parser.parse_args(argv)
 
     start = time.perf_counter()
-    data = prepare_imdb(args.source, vocab_size=20000, seq_len=600, progress=False)
-    print(f"data: {data} ({time.perf_counter() - start:.1f} s)")
+    data = prepare_imdb(args.source, vocab_size=VOCAB_SIZE, seq_len=SEQ_LEN, progress=False)
+    print(f"data: {data} ({time.perf_counter() - start:.1f} s)", flush=True)
     rows = []
     for model in args.models:
-        lstm = model == "lstm"
-        config = BaselineConfig(
-            model=model,
-            hidden_sizes=tuple(args.hidden),
-            p_dropout=0.2 if lstm else args.dropout,
-            num_buckets=args.num_buckets,
-            use_tfidf=args.tfidf,
-        )
-        result = train_baseline(
-            config,
-            data,
-            epochs=args.lstm_epochs if lstm else args.epochs,
-            batch_size=args.batch_size,
-            learning_rate=args.lr,
-        )
-        print(result.summary(), flush=True)
+        config, settings = RECIPES[model]
+        if args.num_buckets is not None:
+            config = dataclasses.replace(config, num_buckets=args.num_buckets)
+        if args.epochs is not None:
+            settings = dict(settings, epochs=args.epochs)
+        cpu = os.times()
+        result = train_baseline(config, data, **settings)
+        cpu_s = sum(os.times()[:2]) - sum(cpu[:2])
+        print(f"{result.summary()}, {cpu_s:.0f} s of CPU time", flush=True)
         rows.append(
             {
                 "model": model,
                 "config": config.to_dict(),
+                "settings": settings,
                 "test_accuracy": result.test_accuracy,
                 "val_accuracy": result.val_accuracy,
                 "best_epoch": result.best_epoch,
                 "history": result.history,
                 "seconds": result.seconds,
+                "cpu_seconds": cpu_s,
             }
         )
-    print("\n| model | test accuracy | validation | wall time |")
-    print("|---|---|---|---|")
+    print("\n| model | test accuracy | validation (epoch) | wall time | CPU time |")
+    print("|---|---|---|---|---|")
     for row in rows:
         print(
-            f"| {row['model']} | {row['test_accuracy']:.4f} | {row['val_accuracy']:.4f} | "
-            f"{row['seconds']:.0f} s |"
+            f"| {row['model']} | {row['test_accuracy']:.4f} | {row['val_accuracy']:.4f} "
+            f"({row['best_epoch']}) | {row['seconds']:.0f} s | {row['cpu_seconds']:.0f} s |"
         )
     if args.json:
-        with open(args.json, "w") as handle:
+        tmp = f"{args.json}.tmp"
+        with open(tmp, "w") as handle:
             json.dump(rows, handle, indent=1)
+        os.replace(tmp, args.json)
     return 0
 
 

@@ -238,12 +238,14 @@ def train_baseline(
     epochs: int = 4,
     batch_size: int = 128,
     learning_rate: float = 1e-3,
+    clip_norm: float | None = None,
     val_fraction: float = 0.1,
     seed: int = 0,
     impl: str = "solutions",
     log: Callable[[str], None] | None = print,
 ) -> BaselineResult:
-    """Train a baseline on ``data`` (a :class:`m2l_nlp.data.PreparedData`) with Adam.
+    """Train a baseline on ``data`` (a :class:`m2l_nlp.data.PreparedData`) with Adam
+    (after clipping the gradient's global norm to ``clip_norm``, if given).
 
     A seeded ``val_fraction`` of the training reviews is held out; after every epoch the
     validation accuracy is measured and the best epoch's params are kept. The test set is
@@ -265,6 +267,8 @@ def train_baseline(
     model = hk.transform(forward)
     params = model.init(jax.random.PRNGKey(seed), ids[:2], mask[:2], True)
     optimizer = optax.adam(learning_rate)
+    if clip_norm is not None:
+        optimizer = optax.chain(optax.clip_by_global_norm(clip_norm), optimizer)
     opt_state = optimizer.init(params)
 
     @jax.jit
@@ -333,11 +337,13 @@ RECIPES: dict[str, tuple[BaselineConfig, dict[str, Any]]] = {
     ),
     "lstm": (
         BaselineConfig(model="lstm", embed_size=64, hidden_size=64, p_dropout=0.2, max_len=256),
-        dict(epochs=3, batch_size=64, learning_rate=2e-3),
+        dict(epochs=6, batch_size=64, learning_rate=3e-3, clip_norm=1.0),
     ),
 }
 VOCAB_SIZE = 20000
-SEQ_LEN = 600
+# Bags of words need no cut: 2048 tokens keep all of almost every review (600 would cut 13 %).
+# The LSTM reads only its first ``max_len`` tokens.
+SEQ_LEN = 2048
 
 
 def cli_train(args: Any) -> int:
