@@ -155,10 +155,9 @@ def predict(
     """Probability that each review is positive, float ``(N,)`` (a ``str`` gives ``(1,)``).
 
     Any text works: empty (the model sees no token and answers from its bias), longer than
-    the model's ``max_len`` (the first ``max_len`` tokens are read), or non-ASCII.
+    the model's ``max_len`` (the first ``max_len`` tokens are read, in windows of the
+    training crop length as during training), or non-ASCII.
     """
-    import jax
-
     from m2l_nlp import training
     from m2l_nlp.tokenization import batch_encode
 
@@ -172,12 +171,9 @@ def predict(
     config = checkpoint.config
     ids, mask = batch_encode(checkpoint.tokenizer, texts, seq_len=config.max_len)
     model = training.build_model(config, impl)
-    apply = jax.jit(lambda p, i, m: model.apply(p, None, i, m, False))
-    widths = training.bucket_widths(config.max_len)
-    lengths = mask.sum(axis=1)
-    logits = np.zeros(len(texts), np.float32)
-    for start in range(0, len(texts), batch_size):
-        rows = slice(start, start + batch_size)
-        width = training.width_for(max(int(lengths[rows].max()), 1), widths)
-        logits[rows] = np.asarray(apply(checkpoint.params, ids[rows, :width], mask[rows, :width]))
-    return 1.0 / (1.0 + np.exp(-logits.astype(np.float64)))
+    data = training.put_data(ids, mask, np.zeros(len(texts), np.int32))
+    window = checkpoint.meta.get("settings", {}).get("crop_len")  # as in training
+    logits = training.predict_logits(
+        checkpoint.params, model, data, window=window, batch_size=batch_size
+    )
+    return 1.0 / (1.0 + np.exp(-logits))

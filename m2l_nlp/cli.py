@@ -31,6 +31,7 @@ class Preset:
     model: dict[str, Any]
     train: dict[str, Any]
     val_size: int  # held out from the training split for per-epoch validation
+    embed_scale: float = 1.0  # initial token embeddings times this
 
 
 PRESETS: dict[str, Preset] = {
@@ -154,7 +155,9 @@ def cmd_train(args: argparse.Namespace) -> int:
     )
     config = ClassifierConfig(vocab_size=data.vocab_size, max_len=data.seq_len, **preset.model)
     model = training.build_model(config, args.impl)
-    params = training.init_params(model, jax.random.PRNGKey(args.seed), config)
+    params = training.init_params(
+        model, jax.random.PRNGKey(args.seed), config, embed_scale=preset.embed_scale
+    )
     mesh = devices.make_mesh()
     train_split = (data.train_ids[:keep], data.train_mask[:keep], data.train_labels[:keep])
     val_split = None
@@ -174,6 +177,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         result.params,
         model,
         (data.test_ids, data.test_mask, data.test_labels),
+        window=settings.crop_len,
         batch_size=settings.eval_batch_size,
         mesh=mesh,
         progress=progress,

@@ -228,3 +228,45 @@ def test_train_rejects_bad_settings(model, params):
     empty = tuple(a[:0] for a in random_split(4))
     with pytest.raises(ValueError, match="empty"):
         training.train(model, params, empty, progress=False, log=None)
+
+
+def test_windows_cover_every_token_of_every_review():
+    lengths = np.array([0, 1, 16, 17, 40, 100, 33])
+    example, starts = training.windows(lengths, 16)
+    assert sorted(set(example.tolist())) == list(range(len(lengths)))
+    for i, n in enumerate(lengths):
+        mine = starts[example == i]
+        assert len(mine) == max(1, -(-n // 16))
+        covered = np.zeros(max(n, 1), bool)
+        for s in mine:
+            assert 0 <= s and (s + 16 <= n or s == 0)
+            covered[s : s + 16] = True
+        assert covered.all()
+
+
+def test_evaluate_with_a_window_averages_window_logits(model, params):
+    ids, mask, labels = random_split(23, seed=8)  # lengths up to 48, windows of 16
+    result = training.evaluate(params, model, (ids, mask, labels), window=16, batch_size=8)
+    example, starts = training.windows(mask.sum(1), 16)
+    apply = jax.jit(model.apply, static_argnums=4)
+    sums = np.zeros(23)
+    for i, s in zip(example, starts, strict=True):
+        n = min(int(mask[i].sum()) - s, 16)
+        x = np.zeros((1, 16), np.int32)
+        m = np.zeros((1, 16), np.int32)
+        x[0, :n], m[0, :n] = ids[i, s : s + n], 1
+        sums[i] += float(apply(params, None, x, m, False)[0])
+    mean = sums / np.bincount(example, minlength=23)
+    expected = np.zeros((2, 2), np.int64)
+    np.add.at(expected, (labels, (mean > 0).astype(int)), 1)
+    np.testing.assert_array_equal(result.confusion, expected)
+    assert result.count == 23
+
+
+def test_init_params_scales_only_the_embeddings(model):
+    base = training.init_params(model, jax.random.PRNGKey(0), CONFIG)
+    small = training.init_params(model, jax.random.PRNGKey(0), CONFIG, embed_scale=0.1)
+    for module, leaves in base.items():
+        for name, value in leaves.items():
+            factor = 0.1 if name == "embeddings" else 1.0
+            np.testing.assert_allclose(small[module][name], value * factor, rtol=1e-6)
