@@ -48,7 +48,7 @@ def test_batch_size_must_split_over_devices():
 SCRIPT = textwrap.dedent(
     """
     import json, sys
-    import jax, numpy as np
+    import jax, numpy as np, optax
     from m2l_nlp import devices, training
     from m2l_nlp.config import ClassifierConfig
 
@@ -70,12 +70,13 @@ SCRIPT = textwrap.dedent(
         mesh = devices.make_mesh(devs)
         result = training.train(model, params, (ids, mask, labels), settings,
                                 eval_data=(ids, mask, labels), mesh=mesh, progress=False,
-                                log=None)
+                                log=None, optimizer=optax.sgd(0.5))
+        # (SGD: Adam would blow float rounding of near-zero gradients up to lr-sized steps)
         leaves = jax.tree_util.tree_leaves(result.params)
         out[name] = {
             "history": result.history,
             "params": [np.asarray(x).ravel().tolist() for x in leaves],
-            "shardings": sorted({str(x.sharding.spec) for x in leaves}),
+            "replicated": all(x.sharding.is_fully_replicated for x in leaves),
             "n_devices": sorted({len(x.devices()) for x in leaves}),
         }
     json.dump(out, sys.stdout)
@@ -93,7 +94,7 @@ def test_eight_devices_train_like_one():
     out = json.loads(proc.stdout)
     one, eight = out["one"], out["eight"]
     assert one["n_devices"] == [1] and eight["n_devices"] == [8]
-    assert eight["shardings"] == ["PartitionSpec()"]  # parameters replicated
+    assert eight["replicated"]  # parameters replicated on all 8 devices
     for key in one["history"]:
         assert eight["history"][key] == pytest.approx(one["history"][key], rel=1e-4, abs=1e-5)
     for a, b in zip(one["params"], eight["params"], strict=True):
