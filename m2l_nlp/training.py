@@ -108,6 +108,7 @@ class TrainSettings:
     weight_decay: float = 0.05  # AdamW, on matrices only (not biases, norms)
     clip_norm: float = 1.0  # global gradient-norm clipping
     crop_len: int = 256  # training windows: a random crop of this many tokens
+    token_dropout: float = 0.0  # training only: hide this fraction of tokens (word dropout)
     eval_every: int = 1  # evaluate every k epochs (and always after the last)
     eval_batch_size: int = 128
     seed: int = 0
@@ -116,6 +117,8 @@ class TrainSettings:
         for name in ("epochs", "batch_size", "crop_len", "eval_every", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if not 0 <= self.token_dropout < 1:
+            raise ValueError(f"token_dropout must be in [0, 1), not {self.token_dropout}")
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be positive, not {self.learning_rate}")
 
@@ -508,7 +511,9 @@ class TrainResult(NamedTuple):
     eval_result: EvalResult | None
 
 
-def _make_epoch_step(model: hk.Transformed, optimizer, mesh) -> Callable:
+def _make_epoch_step(
+    model: hk.Transformed, optimizer, mesh, token_dropout: float = 0.0
+) -> Callable:
     shard = devices.batch_sharded(mesh)
     out = devices.replicated(mesh)
 
@@ -521,11 +526,15 @@ def _make_epoch_step(model: hk.Transformed, optimizer, mesh) -> Callable:
     def step(state, sums, key, data, plan_idx, plan_starts, plan_weights, j, width):
         idx, starts, weights = plan_idx[j], plan_starts[j], plan_weights[j]
         ids, mask, labels = _gather(data, idx, starts, width)
+        step_key, drop_key = jax.random.split(jax.random.fold_in(key, j))
+        if token_dropout > 0:  # word dropout: hidden tokens become padding
+            mask = mask * jax.random.bernoulli(drop_key, 1 - token_dropout, mask.shape)
+            ids = ids * mask
         ids, mask, labels, weights = jax.lax.with_sharding_constraint(
             (ids, mask, labels, weights), shard
         )
         state, loss, correct = _update(
-            state, jax.random.fold_in(key, j), ids, mask, labels, weights, model, optimizer
+            state, step_key, ids, mask, labels, weights, model, optimizer
         )
         count = weights.sum()
         return state, sums + jnp.stack([loss * count, correct, count])
@@ -569,7 +578,7 @@ def train(
     optimizer = optimizer or make_optimizer(settings, settings.epochs * steps_per_epoch)
     params = jax.tree_util.tree_map(lambda x: jnp.array(x, copy=True), params)  # steps donate
     state = devices.put_replicated(init_state(params, optimizer), mesh)
-    step = _make_epoch_step(model, optimizer, mesh)
+    step = _make_epoch_step(model, optimizer, mesh, settings.token_dropout)
     key = jax.random.PRNGKey(settings.seed)
     history: dict[str, list[float]] = {"loss": [], "train_acc": []}
     if eval_data is not None:

@@ -108,3 +108,20 @@ def test_predict_any_text(tmp_path, params, config, tokenizer):
     np.testing.assert_allclose(probs, 1 / (1 + np.exp(-logits)), rtol=1e-4, atol=1e-6)
     with pytest.raises(TypeError, match="list of strings"):
         ck.predict([1, 2], path)
+
+
+def test_predict_reads_long_reviews_in_training_windows(tmp_path, params, config, tokenizer):
+    meta = {"settings": {"crop_len": 8}}
+    path = ck.save_checkpoint(tmp_path / "ckpt", params, config, tokenizer, meta)
+    text = " ".join(TEXTS)  # longer than max_len=32 tokens: 4 windows of 8
+    prob = ck.predict(text, path)[0]
+    from m2l_nlp.tokenization import batch_encode
+
+    ids, mask = batch_encode(tokenizer, [text], seq_len=config.max_len)
+    assert mask.sum() == 32
+    model = training.build_model(config)
+    logits = [
+        float(model.apply(params, None, ids[:, s : s + 8], mask[:, s : s + 8], False)[0])
+        for s in (0, 8, 16, 24)
+    ]
+    assert prob == pytest.approx(1 / (1 + np.exp(-np.mean(logits))), rel=1e-4)

@@ -270,3 +270,13 @@ def test_init_params_scales_only_the_embeddings(model):
         for name, value in leaves.items():
             factor = 0.1 if name == "embeddings" else 1.0
             np.testing.assert_allclose(small[module][name], value * factor, rtol=1e-6)
+
+
+def test_token_dropout_takes_effect(model, params):
+    split = signal_split(64, seed=9)
+    base = training.TrainSettings(epochs=1, batch_size=16, crop_len=32, seed=1)
+    drop = training.TrainSettings(epochs=1, batch_size=16, crop_len=32, seed=1, token_dropout=0.5)
+    run = lambda s: training.train(model, params, split, s, progress=False, log=None).history
+    assert run(drop)["loss"] != pytest.approx(run(base)["loss"], rel=1e-6)
+    with pytest.raises(ValueError, match="token_dropout"):
+        training.TrainSettings(token_dropout=1.0)
