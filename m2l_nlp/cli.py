@@ -41,9 +41,9 @@ PRESETS: dict[str, Preset] = {
         vocab_size=20000,
         seq_len=1024,
         model=dict(
-            num_layers=1, num_heads=4, d_model=64, d_ff=128, p_dropout=0.1, pooling="mean_max"
+            num_layers=1, num_heads=4, d_model=64, d_ff=128, p_dropout=0.3, pooling="mean_max"
         ),
-        train=dict(epochs=3, batch_size=32, learning_rate=5e-3, weight_decay=0.05, crop_len=256),
+        train=dict(epochs=4, batch_size=32, learning_rate=5e-3, weight_decay=0.3, crop_len=256),
         val_size=2500,
         embed_scale=0.1,
     ),
