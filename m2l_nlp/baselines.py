@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from m2l_nlp.fileio import write_json_atomic
 from m2l_nlp.impl import load_practical
 
 PRACTICAL = "practical1_baselines"
@@ -353,8 +354,6 @@ def cli_train(args: Any) -> int:
     ``seed``, ``out``, ``cache_dir``, ``no_progress``, ``model``). Writes
     ``<out>/metrics.json`` and the plots (default ``out``: ``runs/<model>``).
     """
-    import json
-    import os
     import time
     from pathlib import Path
 
@@ -404,9 +403,7 @@ def cli_train(args: Any) -> int:
         "train": {k: v for k, v in train_kw.items() if k != "impl"},
         "history": result.history,
     }
-    tmp = out / ".metrics.json.tmp"
-    tmp.write_text(json.dumps(metrics, indent=2) + "\n")
-    os.replace(tmp, out / "metrics.json")
+    write_json_atomic(out / "metrics.json", metrics)
     try:
         from m2l_nlp import plotting
     except ImportError as error:  # plotting is optional

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -19,6 +17,7 @@ from typing import Any
 
 from m2l_nlp import devices
 from m2l_nlp.config import ClassifierConfig
+from m2l_nlp.fileio import write_json_atomic
 
 
 @dataclasses.dataclass(frozen=True)
@@ -208,17 +207,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     ckpt = save_checkpoint(
         out / "checkpoint", jax.device_get(result.params), config, data.tokenizer, meta
     )
-    _write_json(out / "metrics.json", dict(metrics, history=result.history))
+    write_json_atomic(out / "metrics.json", dict(metrics, history=result.history))
     _save_plots(out, result.history, np.asarray(test.confusion))
     print(f"wrote {ckpt} and {out}/metrics.json")
     return 0
-
-
-def _write_json(path: Path, value: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(value, indent=2) + "\n")
-    os.replace(tmp, path)
 
 
 def _save_plots(out: Path, history: dict, confusion: Any) -> None:

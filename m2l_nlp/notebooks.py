@@ -21,9 +21,7 @@ tell whether a committed notebook is out of date::
 from __future__ import annotations
 
 import argparse
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +29,7 @@ from pathlib import Path
 import jupytext
 import nbformat
 
+from m2l_nlp.fileio import write_text_atomic
 from m2l_nlp.impl import repo_root
 
 # The course's public GitHub repository: the placeholder used by the Colab setup cell and the
@@ -223,21 +222,6 @@ def drifted(plan: dict[Path, str]) -> list[Path]:
     return [p for p, text in plan.items() if not p.is_file() or p.read_text("utf-8") != text]
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-        mask = os.umask(0)
-        os.umask(mask)
-        os.chmod(tmp, 0o666 & ~mask)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m m2l_nlp.notebooks",
@@ -273,7 +257,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{len(plan)} notebooks up to date")
         return 0
     for path in stale:
-        _write_atomic(path, plan[path])
+        write_text_atomic(path, plan[path])
         print(f"wrote {path.relative_to(root)}")
     print(f"{len(plan)} notebooks, {len(stale)} rewritten")
     return 0

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import itertools
 import os
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+
+from m2l_nlp.fileio import write_text_atomic
 
 PAD_ID = 0
 PAD_TOKEN = "[PAD]"
@@ -59,18 +60,7 @@ def train_tokenizer(
 
 def save_tokenizer(tokenizer: Tokenizer, path: str | os.PathLike) -> Path:
     """Write ``tokenizer`` as JSON to ``path`` (a temporary file renamed at the end)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.chmod(tmp, 0o644)  # mkstemp makes it private; the final file is an ordinary one
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(tokenizer.to_str())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return write_text_atomic(path, tokenizer.to_str())
 
 
 def load_tokenizer(path: str | os.PathLike) -> Tokenizer:

@@ -12,9 +12,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -22,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from m2l_nlp.fileio import write_json_atomic
 from m2l_nlp.grading.registry import Exercise, load_exercises
 from m2l_nlp.grading.report import score_table
 from m2l_nlp.grading.runner import (
@@ -236,14 +235,4 @@ def results_json(results: list[ExerciseResult], import_errors: list[str]) -> dic
 
 def write_results_json(path: Path, results: list[ExerciseResult], errors: list[str]) -> None:
     """Write :func:`results_json` to ``path`` atomically (temporary file, then rename)."""
-    path = path.resolve()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(results_json(results, errors), handle, indent=2)
-            handle.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_json_atomic(path.resolve(), results_json(results, errors))

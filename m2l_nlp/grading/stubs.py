@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import argparse
 import ast
-import os
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from m2l_nlp.fileio import write_text_atomic
 from m2l_nlp.impl import repo_root
 
 BEGIN = "# BEGIN SOLUTION"
@@ -119,18 +118,6 @@ def make_stub(source: str, path: str = "<solution>") -> str:
     return "".join(out)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def planned_stubs(solutions: Path, exercises: Path) -> dict[Path, str]:
     """What :func:`main` would write: ``{exercises/<file>.py: text}`` for every solution file."""
     if not solutions.is_dir():
@@ -185,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"exercises up to date ({len(plan)} files)")
         return 0
     for path in stale:
-        _write_atomic(path, plan[path])
+        write_text_atomic(path, plan[path])
     print(f"wrote {len(stale)} of {len(plan)} stub files in {args.exercises}")
     return 0
 

@@ -1,0 +1,29 @@
+"""Atomic writes: the target is either the old file or the complete new one, never a mix."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from m2l_nlp.fileio import write_json_atomic, write_text_atomic
+
+
+def test_write_text_creates_folders_and_leaves_no_temporary_file(tmp_path):
+    target = tmp_path / "a" / "b.txt"
+    assert write_text_atomic(target, "héllo\r\n") == target
+    assert target.read_bytes() == "héllo\r\n".encode()
+    assert sorted(p.name for p in target.parent.iterdir()) == ["b.txt"]
+    assert os.stat(target).st_mode & 0o044, "the file should be readable like an ordinary one"
+
+
+def test_a_failed_write_keeps_the_old_file_and_raises(tmp_path):
+    target = tmp_path / "results.json"
+    write_json_atomic(target, {"score": 1})
+    with pytest.raises(TypeError):
+        write_json_atomic(target, {"score": object()})  # not JSON: fails before writing
+    with pytest.raises(TypeError):
+        write_text_atomic(target, b"bytes are not text")  # fails while writing
+    assert json.loads(target.read_text()) == {"score": 1}
+    assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
