@@ -200,6 +200,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         "confusion": test.confusion.tolist(),
         "seconds": elapsed,
         "preset": args.preset,
+        "best_epoch": result.best_epoch,
         "impl": args.impl,
         "devices": devices.describe_devices(),
     }

@@ -110,6 +110,7 @@ class TrainSettings:
     crop_len: int = 256  # training windows: a random crop of this many tokens
     token_dropout: float = 0.0  # training only: hide this fraction of tokens (word dropout)
     eval_every: int = 1  # evaluate every k epochs (and always after the last)
+    keep_best: bool = True  # with eval data: return the epoch with the best eval accuracy
     eval_batch_size: int = 128
     seed: int = 0
 
@@ -509,6 +510,7 @@ class TrainResult(NamedTuple):
     params: hk.Params
     history: dict[str, list[float]]
     eval_result: EvalResult | None
+    best_epoch: int | None = None  # 1-based epoch whose parameters were returned
 
 
 def _make_epoch_step(
@@ -561,8 +563,11 @@ def train(
     cuts reviews longer than ``settings.crop_len`` to a random window, and runs the jitted
     step over length buckets. The history holds ``loss`` and ``train_acc`` per epoch and,
     every ``settings.eval_every`` epochs (and after the last), ``<eval_name>_loss`` and
-    ``<eval_name>_acc`` on ``eval_data`` (NaN for epochs without evaluation). The
-    optimizer defaults to :func:`make_optimizer` over the whole run.
+    ``<eval_name>_acc`` on ``eval_data`` (NaN for epochs without evaluation). With
+    ``settings.keep_best`` and ``eval_data``, the parameters returned are those of the
+    evaluated epoch with the best accuracy (ties: the lower loss, then the earlier epoch):
+    model selection on the validation split, never on the test set. The optimizer defaults
+    to :func:`make_optimizer` over the whole run.
     """
     mesh = mesh or devices.make_mesh()
     devices.check_batch_size(settings.batch_size, mesh)
@@ -584,7 +589,7 @@ def train(
     if eval_data is not None:
         history[f"{eval_name}_loss"] = []
         history[f"{eval_name}_acc"] = []
-    result = None
+    result = best = None
     for epoch in range(settings.epochs):
         plan = train_plan(
             lengths,
@@ -621,9 +626,19 @@ def train(
                 line += (
                     f"  {eval_name}_loss {result.loss:.4f}  {eval_name}_acc {result.accuracy:.4f}"
                 )
+                score = (result.accuracy, -result.loss)
+                if settings.keep_best and (best is None or score > best[0]):
+                    best = (score, epoch + 1, jax.device_get(state.params), result)
             else:
                 history[f"{eval_name}_loss"].append(math.nan)
                 history[f"{eval_name}_acc"].append(math.nan)
         if log is not None:
             log(line)
-    return TrainResult(state.params, history, result)
+    if best is not None:
+        _, best_epoch, best_params, best_result = best
+        if log is not None and best_epoch != settings.epochs:
+            log(f"keeping epoch {best_epoch} (best {eval_name}_acc {best_result.accuracy:.4f})")
+        return TrainResult(
+            devices.put_replicated(best_params, mesh), history, best_result, best_epoch
+        )
+    return TrainResult(state.params, history, result, settings.epochs)

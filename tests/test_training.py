@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -220,6 +221,29 @@ def test_train_learns_and_records_history(model, params):
     assert result.eval_result.accuracy == h["val_acc"][-1]
     again = training.train(model, params, train_split, settings, progress=False, log=None)
     np.testing.assert_allclose(again.history["loss"], h["loss"], rtol=1e-5)
+
+
+def test_keep_best_returns_the_epoch_with_the_best_validation_accuracy(model, params):
+    """Validation labels are flipped, so validation accuracy falls as the model learns."""
+    train_split = signal_split(256, seed=6)
+    ids, mask, labels = signal_split(64, seed=7)
+    flipped = (ids, mask, 1 - labels)
+    settings = training.TrainSettings(
+        epochs=4, batch_size=16, learning_rate=1e-2, crop_len=32, seed=3
+    )
+    run = lambda s: training.train(
+        model, params, train_split, s, eval_data=flipped, progress=False, log=None
+    )
+    best = run(settings)
+    accs = best.history["val_acc"]
+    assert best.best_epoch == int(np.argmax(accs)) + 1 < 4
+    again = training.evaluate(best.params, model, flipped, window=32)
+    assert again.accuracy == pytest.approx(max(accs)) == best.eval_result.accuracy
+    last = run(dataclasses.replace(settings, keep_best=False))
+    assert last.best_epoch == 4
+    assert training.evaluate(last.params, model, flipped, window=32).accuracy == pytest.approx(
+        accs[-1]
+    )
 
 
 def test_train_rejects_bad_settings(model, params):
