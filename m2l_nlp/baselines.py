@@ -23,6 +23,7 @@ import numpy as np
 
 from m2l_nlp.fileio import write_json_atomic
 from m2l_nlp.impl import load_practical
+from m2l_nlp.training import confusion_matrix
 
 PRACTICAL = "practical1_baselines"
 MODELS = ("bow-mlp", "bigram-mlp", "lstm")
@@ -224,14 +225,6 @@ def _predict_all(predict: Callable, params: Any, ids: np.ndarray, mask: np.ndarr
     return np.concatenate(out) if out else np.zeros((0,), np.float32)
 
 
-def confusion(labels: np.ndarray, logits: np.ndarray) -> np.ndarray:
-    """2x2 counts: rows true label (0 neg, 1 pos), columns predicted label."""
-    pred = (logits > 0).astype(np.int64)
-    out = np.zeros((2, 2), np.int64)
-    np.add.at(out, (labels.astype(np.int64), pred), 1)
-    return out
-
-
 def train_baseline(
     config: BaselineConfig,
     data: Any,
@@ -319,7 +312,7 @@ def train_baseline(
         best_epoch=best_epoch,
         val_accuracy=val_acc,
         test_accuracy=test_acc,
-        test_confusion=confusion(data.test_labels, test_logits),
+        test_confusion=confusion_matrix(data.test_labels, test_logits),
         seconds=time.perf_counter() - start_time,
     )
 

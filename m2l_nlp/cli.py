@@ -215,11 +215,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _save_plots(out: Path, history: dict, confusion: Any) -> None:
-    try:
-        from m2l_nlp import plotting
-    except ImportError as error:  # plotting is optional for training
-        print(f"plots skipped ({error})")
-        return
+    from m2l_nlp import plotting
+
     curves = plotting.plot_training_curves(history, title="Training curves")
     plotting.save_figure(curves, out / "training_curves.png")
     matrix = plotting.plot_confusion_matrix(confusion, title="Test confusion matrix")

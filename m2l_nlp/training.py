@@ -216,6 +216,13 @@ def _counts(logits: jax.Array, labels: jax.Array, weights: jax.Array | None) -> 
     return onehot_true.T @ onehot_pred
 
 
+def confusion_matrix(labels: np.ndarray, logits: np.ndarray) -> np.ndarray:
+    """2x2 counts on the host: rows the true label (0 neg, 1 pos), columns the predicted one."""
+    counts = np.zeros((2, 2), np.int64)
+    np.add.at(counts, (np.asarray(labels, np.int64), (np.asarray(logits) > 0).astype(np.int64)), 1)
+    return counts
+
+
 @functools.partial(jax.jit, static_argnames=("model",))
 def evaluate_on_batch(
     params: hk.Params,
@@ -491,8 +498,7 @@ def evaluate(
         desc=desc,
     )
     labels = np.asarray(data.labels)
-    confusion = np.zeros((2, 2), np.int64)
-    np.add.at(confusion, (labels, (logits > 0).astype(np.int64)), 1)
+    confusion = confusion_matrix(labels, logits)
     p = np.clip(1.0 / (1.0 + np.exp(-logits)), 1e-12, 1 - 1e-12)
     loss = float(-np.mean(labels * np.log(p) + (1 - labels) * np.log(1 - p)))
     count = int(confusion.sum())
