@@ -3,7 +3,7 @@
 Shapes: ``B`` batch, ``S`` padded length of the encoded data, ``W`` width of one batch
 (a bucket, ``W <= S``), ``N`` examples.
 
-Speed on a CPU comes from three things:
+Speed on a CPU comes from four things:
 
 - **length buckets**: a batch is cut to the smallest width of a small fixed list
   (:data:`DEFAULT_WIDTHS`) that holds its longest review, so padding is hardly computed and
@@ -13,6 +13,9 @@ Speed on a CPU comes from three things:
   step gathers its batch on the device;
 - **no host syncs inside an epoch**: the step donates and returns the training state and
   running sums of loss and correct predictions, read once at the end of the epoch.
+- **cache-sized micro-batches**: the ``(B, h, W, W)`` attention weights of a long batch
+  do not fit in a CPU's cache; the step runs the batch as a few micro-batches in a
+  ``lax.scan`` and sums their gradients (the same update), so each piece stays in cache.
 
 The step reads its optimizer from its arguments (it is a static argument of the jit), never
 from a global: a new optimizer or schedule means a new compiled step, so it takes effect.
@@ -40,6 +43,7 @@ from m2l_nlp.impl import load_practical
 PRACTICAL = "practical2_transformers"
 DEFAULT_WIDTHS = (32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
 EVAL_ATTENTION_BUDGET = 2**27  # batch * width**2 per evaluation batch (bounds memory)
+CPU_MICRO_BATCH_CELLS = 2**17  # rows * width**2 per micro-batch and device, on a CPU
 
 
 # --------------------------------------------------------------------------------------
@@ -109,9 +113,13 @@ class TrainSettings:
     clip_norm: float = 1.0  # global gradient-norm clipping
     crop_len: int = 256  # training windows: a random crop of this many tokens
     token_dropout: float = 0.0  # training only: hide this fraction of tokens (word dropout)
+    ema_decay: float = 0.0  # > 0: evaluate and keep a moving average of the parameters
     eval_every: int = 1  # evaluate every k epochs (and always after the last)
     keep_best: bool = True  # with eval data: return the epoch with the best eval accuracy
     eval_batch_size: int = 128
+    # gradient accumulation: split a batch so that rows * width**2 <= this per device;
+    # None: CPU_MICRO_BATCH_CELLS on a CPU (cache-sized pieces), no split on a GPU/TPU; 0: off
+    micro_batch_cells: int | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -120,6 +128,12 @@ class TrainSettings:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         if not 0 <= self.token_dropout < 1:
             raise ValueError(f"token_dropout must be in [0, 1), not {self.token_dropout}")
+        if self.micro_batch_cells is not None and self.micro_batch_cells < 0:
+            raise ValueError(
+                f"micro_batch_cells must be >= 0 or None, not {self.micro_batch_cells}"
+            )
+        if not 0 <= self.ema_decay < 1:
+            raise ValueError(f"ema_decay must be in [0, 1), not {self.ema_decay}")
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be positive, not {self.learning_rate}")
 
@@ -152,14 +166,36 @@ def make_optimizer(settings: TrainSettings, total_steps: int) -> optax.GradientT
 
 
 class TrainState(NamedTuple):
-    """What changes during training: the parameters and the optimizer's state."""
+    """What changes during training: the parameters, the optimizer's state and, if on,
+    the moving average of the parameters ``(number of updates, averaged params)``."""
 
     params: hk.Params
     opt_state: optax.OptState
+    ema: tuple[jax.Array, hk.Params] | None = None
 
 
-def init_state(params: hk.Params, optimizer: optax.GradientTransformation) -> TrainState:
-    return TrainState(params, optimizer.init(params))
+def init_state(
+    params: hk.Params, optimizer: optax.GradientTransformation, ema: bool = False
+) -> TrainState:
+    average = (jnp.zeros((), jnp.int32), jax.tree_util.tree_map(jnp.copy, params)) if ema else None
+    return TrainState(params, optimizer.init(params), average)
+
+
+def update_ema(state: TrainState, decay: float) -> TrainState:
+    """One step of the exponential moving average of the parameters (Polyak averaging).
+
+    The decay ramps up as ``min(decay, (1 + t) / (10 + t))`` after ``t`` updates, so the
+    average forgets the random initial parameters quickly.
+    """
+    count, average = state.ema
+    rate = 1.0 - jnp.minimum(decay, (1.0 + count) / (10.0 + count))
+    average = jax.tree_util.tree_map(lambda a, p: a + rate * (p - a), average, state.params)
+    return state._replace(ema=(count + 1, average))
+
+
+def eval_params(state: TrainState) -> hk.Params:
+    """The parameters to evaluate and keep: the moving average if there is one."""
+    return state.params if state.ema is None else state.ema[1]
 
 
 # --------------------------------------------------------------------------------------
@@ -167,23 +203,76 @@ def init_state(params: hk.Params, optimizer: optax.GradientTransformation) -> Tr
 # --------------------------------------------------------------------------------------
 
 
-def _update(state, key, ids, mask, labels, weights, model, optimizer):
-    """Gradient step on one batch; returns ``(state, loss, n_correct)`` (weighted)."""
+def micro_batches(batch_size: int, width: int, n_devices: int = 1, cells: int | None = None) -> int:
+    """How many micro-batches to cut a ``(batch_size, width)`` batch into.
 
-    def loss_fn(params):
+    The smallest count whose micro-batch holds at most ``cells`` attention cells
+    (``rows * width**2``) per device, keeping the rows of a micro-batch divisible by
+    ``n_devices``. ``cells=None`` gives 1 (no split).
+    """
+    if cells is None:
+        return 1
+    per_device = batch_size // n_devices
+    options = [n for n in range(1, per_device + 1) if per_device % n == 0]
+    for n in options:
+        if (per_device // n) * width**2 <= cells:
+            return n
+    return options[-1]
+
+
+def _loss_sum_and_grads(params, key, ids, mask, labels, weights, model, micro):
+    """Weighted sum of the losses, its gradient and the logits ``(B,)``.
+
+    With ``micro > 1`` the batch is processed as ``micro`` micro-batches in a ``lax.scan``
+    and the gradients are summed (gradient accumulation): the result is the same as one
+    pass over the whole batch, but only one micro-batch's activations (above all its
+    ``(b, h, W, W)`` attention weights) are alive at a time, which on a CPU keeps them in
+    cache. Rows ``i * micro + k`` form micro-batch ``k``, so with the batch sharded over
+    several devices every micro-batch is too.
+    """
+
+    def loss_sum(params, key, ids, mask, labels, weights):
         logits = model.apply(params, key, ids, mask, True)
-        return sigmoid_bce(logits, labels, weights), logits
+        losses = optax.sigmoid_binary_cross_entropy(logits, labels.astype(logits.dtype))
+        return (losses * weights).sum(), logits
 
-    (loss, logits), grads = jax.value_and_grad(loss_fn, has_aux=True)(state.params)
+    grad_fn = jax.value_and_grad(loss_sum, has_aux=True)
+    if micro == 1:
+        (total, logits), grads = grad_fn(params, key, ids, mask, labels, weights)
+        return total, grads, logits
+
+    def split(x):  # (B, ...) -> (micro, B // micro, ...)
+        return jnp.swapaxes(x.reshape(-1, micro, *x.shape[1:]), 0, 1)
+
+    def body(acc, inputs):
+        (total, logits), grads = grad_fn(params, *inputs)
+        return jax.tree_util.tree_map(jnp.add, acc, (total, grads)), logits
+
+    zeros = (jnp.zeros((), jnp.float32), jax.tree_util.tree_map(jnp.zeros_like, params))
+    inputs = (jax.random.split(key, micro), *map(split, (ids, mask, labels, weights)))
+    (total, grads), logits = jax.lax.scan(body, zeros, inputs)
+    return total, grads, jnp.swapaxes(logits, 0, 1).reshape(-1)
+
+
+def _update(state, key, ids, mask, labels, weights, model, optimizer, micro=1):
+    """Gradient step on one batch; returns ``(state, loss, n_correct)`` (weighted)."""
+    weights = jnp.ones(labels.shape, jnp.float32) if weights is None else weights
+    weights = weights.astype(jnp.float32)
+    total, grads, logits = _loss_sum_and_grads(
+        state.params, key, ids, mask, labels, weights, model, micro
+    )
+    count = jnp.maximum(weights.sum(), 1.0)
+    loss = total / count
+    grads = jax.tree_util.tree_map(lambda g: g / count, grads)
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    hits = ((logits > 0) == (labels > 0)).astype(jnp.float32)
-    if weights is not None:
-        hits = hits * weights.astype(jnp.float32)
-    return TrainState(params, opt_state), loss, hits.sum()
+    hits = ((logits > 0) == (labels > 0)).astype(jnp.float32) * weights
+    return state._replace(params=params, opt_state=opt_state), loss, hits.sum()
 
 
-@functools.partial(jax.jit, static_argnames=("model", "optimizer"), donate_argnames=("state",))
+@functools.partial(
+    jax.jit, static_argnames=("model", "optimizer", "micro"), donate_argnames=("state",)
+)
 def train_step(
     state: TrainState,
     key: jax.Array,
@@ -194,16 +283,18 @@ def train_step(
     *,
     model: hk.Transformed,
     optimizer: optax.GradientTransformation,
+    micro: int = 1,
 ) -> tuple[TrainState, jax.Array, jax.Array]:
     """One jitted gradient step on a batch ``ids, mask (B, W)``, ``labels (B,)``.
 
     ``model`` and ``optimizer`` are static: passing a different optimizer (another learning
     rate, another schedule) compiles a new step, so the change is never silently ignored.
-    ``state`` is donated: do not use the old one afterwards.
+    ``state`` is donated: do not use the old one afterwards. ``micro`` (static) splits the
+    batch into that many micro-batches whose gradients are summed (same update, less memory).
 
     Returns ``(new_state, mean loss, number of correct predictions)``.
     """
-    return _update(state, key, ids, mask, labels, weights, model, optimizer)
+    return _update(state, key, ids, mask, labels, weights, model, optimizer, micro)
 
 
 def _counts(logits: jax.Array, labels: jax.Array, weights: jax.Array | None) -> jax.Array:
@@ -520,18 +611,18 @@ class TrainResult(NamedTuple):
 
 
 def _make_epoch_step(
-    model: hk.Transformed, optimizer, mesh, token_dropout: float = 0.0
+    model: hk.Transformed, optimizer, mesh, token_dropout: float = 0.0, ema_decay: float = 0.0
 ) -> Callable:
     shard = devices.batch_sharded(mesh)
     out = devices.replicated(mesh)
 
     @functools.partial(
         jax.jit,
-        static_argnames=("width",),
+        static_argnames=("width", "micro"),
         donate_argnames=("state", "sums"),
         out_shardings=(out, out),
     )
-    def step(state, sums, key, data, plan_idx, plan_starts, plan_weights, j, width):
+    def step(state, sums, key, data, plan_idx, plan_starts, plan_weights, j, width, micro):
         idx, starts, weights = plan_idx[j], plan_starts[j], plan_weights[j]
         ids, mask, labels = _gather(data, idx, starts, width)
         step_key, drop_key = jax.random.split(jax.random.fold_in(key, j))
@@ -542,8 +633,10 @@ def _make_epoch_step(
             (ids, mask, labels, weights), shard
         )
         state, loss, correct = _update(
-            state, step_key, ids, mask, labels, weights, model, optimizer
+            state, step_key, ids, mask, labels, weights, model, optimizer, micro
         )
+        if ema_decay > 0:
+            state = update_ema(state, ema_decay)
         count = weights.sum()
         return state, sums + jnp.stack([loss * count, correct, count])
 
@@ -572,7 +665,10 @@ def train(
     ``<eval_name>_acc`` on ``eval_data`` (NaN for epochs without evaluation). With
     ``settings.keep_best`` and ``eval_data``, the parameters returned are those of the
     evaluated epoch with the best accuracy (ties: the lower loss, then the earlier epoch):
-    model selection on the validation split, never on the test set. The optimizer defaults
+    model selection on the validation split, never on the test set. With
+    ``settings.ema_decay`` the evaluated and returned parameters are the moving average of
+    the trained ones (:func:`update_ema`). On a CPU each batch is cut into cache-sized
+    micro-batches (``settings.micro_batch_cells``, same update). The optimizer defaults
     to :func:`make_optimizer` over the whole run.
     """
     mesh = mesh or devices.make_mesh()
@@ -588,8 +684,16 @@ def train(
     steps_per_epoch = len(train_plan(lengths, settings.batch_size, settings.crop_len, rng).widths)
     optimizer = optimizer or make_optimizer(settings, settings.epochs * steps_per_epoch)
     params = jax.tree_util.tree_map(lambda x: jnp.array(x, copy=True), params)  # steps donate
-    state = devices.put_replicated(init_state(params, optimizer), mesh)
-    step = _make_epoch_step(model, optimizer, mesh, settings.token_dropout)
+    state = devices.put_replicated(init_state(params, optimizer, settings.ema_decay > 0), mesh)
+    step = _make_epoch_step(model, optimizer, mesh, settings.token_dropout, settings.ema_decay)
+    cells = settings.micro_batch_cells
+    if cells is None:
+        cells = CPU_MICRO_BATCH_CELLS if devices.accelerator() == "cpu" else 0
+    n_devices = mesh.devices.size
+
+    def micro(width: int) -> int:
+        return micro_batches(settings.batch_size, width, n_devices, cells or None)
+
     key = jax.random.PRNGKey(settings.seed)
     history: dict[str, list[float]] = {"loss": [], "train_acc": []}
     if eval_data is not None:
@@ -608,7 +712,7 @@ def train(
         epoch_key = jax.random.fold_in(key, epoch)
         desc = f"epoch {epoch + 1}/{settings.epochs}"
         for j, width in enumerate(tqdm(plan.widths, desc=desc, disable=not progress, leave=False)):
-            state, sums = step(state, sums, epoch_key, train_data, *arrays, j, width)
+            state, sums = step(state, sums, epoch_key, train_data, *arrays, j, width, micro(width))
         loss_sum, correct, count = (float(x) for x in jax.device_get(sums))
         history["loss"].append(loss_sum / count)
         history["train_acc"].append(correct / count)
@@ -618,7 +722,7 @@ def train(
         if eval_data is not None:
             if (epoch + 1) % settings.eval_every == 0 or last:
                 result = evaluate(
-                    state.params,
+                    eval_params(state),
                     model,
                     eval_data,
                     window=settings.crop_len,
@@ -634,7 +738,7 @@ def train(
                 )
                 score = (result.accuracy, -result.loss)
                 if settings.keep_best and (best is None or score > best[0]):
-                    best = (score, epoch + 1, jax.device_get(state.params), result)
+                    best = (score, epoch + 1, jax.device_get(eval_params(state)), result)
             else:
                 history[f"{eval_name}_loss"].append(math.nan)
                 history[f"{eval_name}_acc"].append(math.nan)
@@ -647,4 +751,4 @@ def train(
         return TrainResult(
             devices.put_replicated(best_params, mesh), history, best_result, best_epoch
         )
-    return TrainResult(state.params, history, result, settings.epochs)
+    return TrainResult(eval_params(state), history, result, settings.epochs)

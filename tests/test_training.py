@@ -98,6 +98,40 @@ def test_schedule_change_takes_effect(model, params):
     assert np.abs(hot).max() > 1e-4
 
 
+def test_micro_batches_fit_the_cell_budget_and_the_devices():
+    assert training.micro_batches(8, 600, 1, None) == 1
+    assert training.micro_batches(8, 64, 1, 2**17) == 1  # 8 * 64**2 fits
+    assert training.micro_batches(8, 256, 1, 2**17) == 4  # 2 rows * 256**2 = 2**17
+    assert training.micro_batches(8, 600, 1, 2**17) == 8  # one row is already too big
+    assert training.micro_batches(12, 256, 1, 2**17) == 6
+    assert training.micro_batches(16, 256, 4, 2**17) == 2  # 4 rows per device, 2 per piece
+    assert training.micro_batches(8, 600, 8, 2**17) == 1  # one row per device: no split
+
+
+@pytest.mark.parametrize("micro", [2, 4])
+def test_micro_batched_step_makes_the_same_update(params, micro):
+    """Gradient accumulation over micro-batches gives the update of the whole batch."""
+    model = training.build_model(dataclasses.replace(CONFIG, p_dropout=0.0))
+    ids, mask, labels = random_split(8, seed=3, min_len=2)
+    weights = np.array([1, 1, 0, 1, 1, 1, 0, 1], np.float32)  # padding rows are ignored
+    optimizer = optax.sgd(0.5)
+    results = []
+    for m in (1, micro):
+        state = training.init_state(jax.tree_util.tree_map(jnp.array, params), optimizer)
+        new, loss, correct = training.train_step(
+            state, jax.random.PRNGKey(1), ids, mask, labels, weights,
+            model=model, optimizer=optimizer, micro=m,
+        )  # fmt: skip
+        results.append((jax.device_get(new.params), float(loss), float(correct)))
+    (p1, loss1, c1), (pm, lossm, cm) = results
+    assert lossm == pytest.approx(loss1, rel=1e-5) and cm == c1
+    moved = jax.tree_util.tree_map(lambda a, b: np.abs(a - b).max(), p1, params)
+    assert max(jax.tree_util.tree_leaves(moved)) > 1e-3  # the step did something
+    jax.tree_util.tree_map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), p1, pm
+    )
+
+
 def test_weight_decay_spares_biases_and_norms(params):
     mask = training._decay_mask(params)
     assert mask["classifier/~/head"]["w"] and not mask["classifier/~/head"]["b"]
@@ -244,6 +278,36 @@ def test_keep_best_returns_the_epoch_with_the_best_validation_accuracy(model, pa
     assert training.evaluate(last.params, model, flipped, window=32).accuracy == pytest.approx(
         accs[-1]
     )
+
+
+def test_update_ema_moves_the_average_toward_the_parameters():
+    params = {"m": {"w": jnp.ones(3)}}
+    state = training.TrainState(params, (), (jnp.array(0), {"m": {"w": jnp.zeros(3)}}))
+    first = training.update_ema(state, 0.99)  # step 0: rate 1 - 1/10
+    np.testing.assert_allclose(first.ema[1]["m"]["w"], 0.9, rtol=1e-6)
+    assert int(first.ema[0]) == 1
+    late = training.update_ema(state._replace(ema=(jnp.array(10**6), state.ema[1])), 0.99)
+    np.testing.assert_allclose(late.ema[1]["m"]["w"], 0.01, rtol=1e-4)  # rate 1 - decay
+    assert training.eval_params(late) is late.ema[1]
+    assert training.eval_params(state._replace(ema=None)) is params
+
+
+def test_train_with_ema_evaluates_and_returns_the_average(model, params):
+    train_split = signal_split(128, seed=6)
+    val_split = signal_split(64, seed=7)
+    settings = training.TrainSettings(
+        epochs=2, batch_size=16, learning_rate=1e-2, crop_len=32, seed=3, keep_best=False
+    )
+    run = lambda s: training.train(
+        model, params, train_split, s, eval_data=val_split, progress=False, log=None
+    )
+    plain, averaged = run(settings), run(dataclasses.replace(settings, ema_decay=0.9))
+    np.testing.assert_allclose(averaged.history["loss"], plain.history["loss"], rtol=1e-5)
+    gap = jax.tree_util.tree_map(lambda a, b: np.abs(a - b).max(), plain.params, averaged.params)
+    assert max(jax.tree_util.tree_leaves(gap)) > 1e-4  # same training, other parameters
+    again = training.evaluate(averaged.params, model, val_split, window=32)
+    assert again.accuracy == pytest.approx(averaged.eval_result.accuracy)
+    assert again.loss == pytest.approx(averaged.eval_result.loss, rel=1e-4)
 
 
 def test_train_rejects_bad_settings(model, params):
