@@ -220,6 +220,14 @@ def micro_batches(batch_size: int, width: int, n_devices: int = 1, cells: int | 
     return options[-1]
 
 
+def resolve_micro_batch_cells(cells: int | None) -> int | None:
+    """``None`` (automatic): :data:`CPU_MICRO_BATCH_CELLS` on a CPU, no split on a GPU/TPU,
+    whose large batches are what keeps them busy; ``0``: no split."""
+    if cells is None:
+        return CPU_MICRO_BATCH_CELLS if devices.accelerator() == "cpu" else None
+    return cells or None
+
+
 def _loss_sum_and_grads(params, key, ids, mask, labels, weights, model, micro):
     """Weighted sum of the losses, its gradient and the logits ``(B,)``.
 
@@ -241,17 +249,24 @@ def _loss_sum_and_grads(params, key, ids, mask, labels, weights, model, micro):
         (total, logits), grads = grad_fn(params, key, ids, mask, labels, weights)
         return total, grads, logits
 
-    def split(x):  # (B, ...) -> (micro, B // micro, ...)
-        return jnp.swapaxes(x.reshape(-1, micro, *x.shape[1:]), 0, 1)
-
     def body(acc, inputs):
         (total, logits), grads = grad_fn(params, *inputs)
         return jax.tree_util.tree_map(jnp.add, acc, (total, grads)), logits
 
     zeros = (jnp.zeros((), jnp.float32), jax.tree_util.tree_map(jnp.zeros_like, params))
-    inputs = (jax.random.split(key, micro), *map(split, (ids, mask, labels, weights)))
-    (total, grads), logits = jax.lax.scan(body, zeros, inputs)
-    return total, grads, jnp.swapaxes(logits, 0, 1).reshape(-1)
+    pieces = [_split_rows(x, micro) for x in (ids, mask, labels, weights)]
+    (total, grads), logits = jax.lax.scan(body, zeros, (jax.random.split(key, micro), *pieces))
+    return total, grads, _merge_rows(logits)
+
+
+def _split_rows(x: jax.Array, micro: int) -> jax.Array:
+    """``(B, ...) -> (micro, B // micro, ...)``: rows ``i * micro + k`` go to piece ``k``."""
+    return jnp.swapaxes(x.reshape(-1, micro, *x.shape[1:]), 0, 1)
+
+
+def _merge_rows(x: jax.Array) -> jax.Array:
+    """Inverse of :func:`_split_rows`: ``(micro, b, ...) -> (micro * b, ...)``."""
+    return jnp.swapaxes(x, 0, 1).reshape(-1, *x.shape[2:])
 
 
 def _update(state, key, ids, mask, labels, weights, model, optimizer, micro=1):
@@ -501,11 +516,17 @@ def windows(lengths: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
 def _make_logit_step(model: hk.Transformed, mesh) -> Callable:
     shard = devices.batch_sharded(mesh)
 
-    @functools.partial(jax.jit, static_argnames=("width",), donate_argnames=("sums",))
-    def step(params, sums, data, idx, starts, weights, width):
+    @functools.partial(jax.jit, static_argnames=("width", "micro"), donate_argnames=("sums",))
+    def step(params, sums, data, idx, starts, weights, width, micro):
         ids, mask, _ = _gather(data, idx, starts, width)
         ids, mask = jax.lax.with_sharding_constraint((ids, mask), shard)
-        logits = model.apply(params, None, ids, mask, False)
+        if micro == 1:
+            logits = model.apply(params, None, ids, mask, False)
+        else:  # one cache-sized piece at a time (see micro_batches)
+            pieces = (_split_rows(ids, micro), _split_rows(mask, micro))
+            logits = _merge_rows(
+                jax.lax.map(lambda piece: model.apply(params, None, *piece, False), pieces)
+            )
         logit_sum, count = sums
         return logit_sum.at[idx].add(logits * weights), count.at[idx].add(weights)
 
@@ -522,6 +543,7 @@ def predict_logits(
     mesh=None,
     progress: bool = False,
     desc: str = "predict",
+    micro_batch_cells: int | None = None,
 ) -> np.ndarray:
     """Logits ``(N,)`` of every review of ``data``, each computed exactly once.
 
@@ -529,8 +551,10 @@ def predict_logits(
     ``window`` (e.g. the training crop length), a long review is cut into windows of that
     many tokens (:func:`windows`) and its logit is the mean over its windows, so the model
     sees the same lengths and positions as in training, and the whole review is read.
+    ``micro_batch_cells``: as in :class:`TrainSettings` (None: automatic, 0: off).
     """
     mesh = mesh or devices.make_mesh()
+    cells = resolve_micro_batch_cells(micro_batch_cells)
     n = int(data.labels.shape[0])
     width_max = int(data.ids.shape[1])
     window = min(int(window or width_max), width_max)
@@ -547,8 +571,9 @@ def predict_logits(
         for plan in plans:
             arrays = (example[plan.idx], starts[plan.idx], plan.weights)
             idx, st, weights = devices.put_replicated(arrays, mesh)
+            micro = micro_batches(idx.shape[1], plan.widths[0], mesh.devices.size, cells)
             for j, width in enumerate(plan.widths):
-                sums = step(params, sums, data, idx[j], st[j], weights[j], width)
+                sums = step(params, sums, data, idx[j], st[j], weights[j], width, micro)
                 bar.update()
     logit_sum, count = (np.asarray(x, np.float64) for x in jax.device_get(sums))
     if not (count > 0).all():
@@ -566,12 +591,14 @@ def evaluate(
     mesh=None,
     progress: bool = False,
     desc: str = "evaluate",
+    micro_batch_cells: int | None = None,
 ) -> EvalResult:
     """Accuracy, mean loss and confusion matrix of ``model`` on a whole split.
 
     ``data`` is :class:`DeviceData` or ``(ids, mask, labels)`` NumPy arrays. Every example
     is counted exactly once (the last partial batch too). ``window``: see
-    :func:`predict_logits` (None: read each review from its start).
+    :func:`predict_logits` (None: read each review from its start), and
+    ``micro_batch_cells``.
     """
     mesh = mesh or devices.make_mesh()
     if not isinstance(data, DeviceData):
@@ -587,6 +614,7 @@ def evaluate(
         mesh=mesh,
         progress=progress,
         desc=desc,
+        micro_batch_cells=micro_batch_cells,
     )
     labels = np.asarray(data.labels)
     confusion = confusion_matrix(labels, logits)
@@ -686,13 +714,11 @@ def train(
     params = jax.tree_util.tree_map(lambda x: jnp.array(x, copy=True), params)  # steps donate
     state = devices.put_replicated(init_state(params, optimizer, settings.ema_decay > 0), mesh)
     step = _make_epoch_step(model, optimizer, mesh, settings.token_dropout, settings.ema_decay)
-    cells = settings.micro_batch_cells
-    if cells is None:
-        cells = CPU_MICRO_BATCH_CELLS if devices.accelerator() == "cpu" else 0
+    cells = resolve_micro_batch_cells(settings.micro_batch_cells)
     n_devices = mesh.devices.size
 
     def micro(width: int) -> int:
-        return micro_batches(settings.batch_size, width, n_devices, cells or None)
+        return micro_batches(settings.batch_size, width, n_devices, cells)
 
     key = jax.random.PRNGKey(settings.seed)
     history: dict[str, list[float]] = {"loss": [], "train_acc": []}
@@ -726,6 +752,7 @@ def train(
                     model,
                     eval_data,
                     window=settings.crop_len,
+                    micro_batch_cells=settings.micro_batch_cells,
                     batch_size=settings.eval_batch_size,
                     mesh=mesh,
                     progress=progress,

@@ -176,6 +176,17 @@ def test_evaluate_counts_every_example_once(model, params, batch_size):
     assert result.loss == pytest.approx(ref_loss, rel=1e-4)
 
 
+def test_predict_logits_in_micro_batches_matches_the_reference(model, params):
+    """Cut into cache-sized pieces (here 1 to 4 rows), the logits do not change."""
+    ids, mask, labels = random_split(37, seed=4)
+    data = training.put_data(ids, mask, labels)
+    pieces = training.predict_logits(params, model, data, batch_size=8, micro_batch_cells=4000)
+    whole = training.predict_logits(params, model, data, batch_size=8, micro_batch_cells=0)
+    np.testing.assert_allclose(pieces, reference_logits(model, params, ids, mask), atol=1e-5)
+    np.testing.assert_allclose(whole, pieces, atol=1e-5)
+    assert training.micro_batches(8, 48, 1, 4000) == 8  # the widest bucket: 1 row a piece
+
+
 def test_put_data_rejects_left_padding_and_bad_labels():
     ids, mask, labels = random_split(4, seed=4, min_len=2)
     with pytest.raises(ValueError, match="right-padded"):
