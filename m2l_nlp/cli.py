@@ -35,14 +35,21 @@ class Preset:
 
 PRESETS: dict[str, Preset] = {
     "default": Preset(
-        "the recipe of `make train`: 1 layer, d_model 64, mean+max pooling, random 256-token "
-        "crops, evaluation averaged over 256-token windows",
+        "the recipe of `make train`: 1 layer, d_model 128, mean+max pooling, random 256-token "
+        "crops, moving average of the weights, evaluation averaged over 256-token windows",
         vocab_size=20000,
         seq_len=1024,
         model=dict(
-            num_layers=1, num_heads=4, d_model=64, d_ff=128, p_dropout=0.3, pooling="mean_max"
+            num_layers=1, num_heads=4, d_model=128, d_ff=256, p_dropout=0.3, pooling="mean_max"
         ),
-        train=dict(epochs=4, batch_size=32, learning_rate=5e-3, weight_decay=0.3, crop_len=256),
+        train=dict(
+            epochs=4,
+            batch_size=32,
+            learning_rate=2e-3,
+            weight_decay=0.3,
+            crop_len=256,
+            ema_decay=0.998,
+        ),
         val_size=2500,
         embed_scale=0.1,
     ),
