@@ -19,9 +19,13 @@ lint: $(STAMP)
 
 # Instructor / CI suite: lint, library tests and every graded check against the solutions.
 # The drift check fails if exercises/ was not regenerated after a change to solutions/.
+# The graded checks run in one process (their score table and exit status live there); the
+# other tests run in $(JOBS) parallel workers (pytest-xdist).
+JOBS ?= 2
 test: $(STAMP) lint
 	$(BIN)/python -m m2l_nlp.grading.stubs --check
-	$(BIN)/python -m pytest tests --impl solutions -q
+	$(BIN)/python -m pytest tests/graded --impl solutions -q
+	$(BIN)/python -m pytest tests --ignore=tests/graded --impl solutions -q -n $(JOBS)
 
 # Main job: train the practical-2 transformer on the full IMDB (default recipe), print the
 # test accuracy and confusion matrix, write checkpoint + plots under runs/default/.

@@ -41,7 +41,11 @@ from m2l_nlp.config import ClassifierConfig
 from m2l_nlp.impl import load_practical
 
 PRACTICAL = "practical2_transformers"
-DEFAULT_WIDTHS = (32, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096)
+# Steps of 32 tokens up to 384 (where most reviews are), coarser above: about 20 shapes.
+DEFAULT_WIDTHS = (
+    *range(32, 385, 32),
+    *(448, 512, 576, 640, 768, 896, 1024, 1536, 2048, 3072, 4096),
+)
 EVAL_ATTENTION_BUDGET = 2**27  # batch * width**2 per evaluation batch (bounds memory)
 CPU_MICRO_BATCH_CELLS = 2**17  # rows * width**2 per micro-batch and device, on a CPU
 
@@ -387,8 +391,9 @@ def put_data(ids: np.ndarray, mask: np.ndarray, labels: np.ndarray, mesh=None) -
     return devices.put_replicated(host, mesh or devices.make_mesh())
 
 
-def bucket_widths(max_width: int, widths: Sequence[int] = DEFAULT_WIDTHS) -> tuple[int, ...]:
+def bucket_widths(max_width: int, widths: Sequence[int] | None = None) -> tuple[int, ...]:
     """The fixed widths used for ``max_width`` (those below it, then ``max_width`` itself)."""
+    widths = DEFAULT_WIDTHS if widths is None else widths
     return tuple(w for w in sorted(widths) if w < max_width) + (int(max_width),)
 
 

@@ -747,3 +747,12 @@ def test_grading_entry_point_and_impl_env(tmp_path):
     run = _pytest(root, "-m", "scaled_dot_product", impl="solutions", runner="m2l_nlp.grading")
     assert run.returncode == 0, run.stdout + run.stderr
     assert "score (solutions/)" in run.stdout and "15 / 15" in run.stdout
+
+
+def test_graded_checks_refuse_parallel_workers(tmp_path):
+    """Under pytest-xdist an undone exercise (a skip in a worker) would not fail the run."""
+    pytest.importorskip("xdist")
+    root = _copy_repo(tmp_path, exercises_from_solutions=False)
+    run = _pytest(root, "-m", "scaled_dot_product", "-n", "2")
+    assert run.returncode != 0
+    assert "graded checks cannot run in parallel workers" in run.stdout + run.stderr

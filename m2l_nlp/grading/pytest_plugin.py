@@ -149,6 +149,18 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.timeout(timeout))
 
 
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if hasattr(item.config, "workerinput") and item.get_closest_marker("graded"):
+        # Under pytest-xdist the scores would stay in the workers: no score table, and an
+        # exercise left undone (reported as a skip) would not fail the run.
+        pytest.fail(
+            "graded checks cannot run in parallel workers (-n): run them without -n, e.g. "
+            "`pytest tests/graded --impl solutions`, and the other tests with "
+            "`pytest tests --ignore=tests/graded -n 2`",
+            pytrace=False,
+        )
+
+
 def _is_timeout(excinfo: pytest.ExceptionInfo[BaseException]) -> bool:
     return excinfo.typename == "Failed" and str(excinfo.value).startswith("Timeout")
 
