@@ -97,11 +97,16 @@ def sigmoid_bce(
 
     ``weights`` ``(B,)`` (e.g. 0 for padding rows of a partial batch) give a weighted mean.
     """
-    losses = optax.sigmoid_binary_cross_entropy(logits, labels.astype(logits.dtype))
     if weights is None:
-        return losses.mean()
-    weights = weights.astype(losses.dtype)
-    return (losses * weights).sum() / jnp.maximum(weights.sum(), 1.0)
+        weights = jnp.ones(jnp.shape(logits), jnp.float32)
+    weights = jnp.asarray(weights, jnp.float32)
+    return sigmoid_bce_sum(logits, labels, weights) / jnp.maximum(weights.sum(), 1.0)
+
+
+def sigmoid_bce_sum(logits: jax.Array, labels: jax.Array, weights: jax.Array) -> jax.Array:
+    """Weighted sum (not mean) of the binary cross-entropies: what micro-batches add up."""
+    losses = optax.sigmoid_binary_cross_entropy(logits, labels.astype(logits.dtype))
+    return (losses * weights).sum()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -245,8 +250,7 @@ def _loss_sum_and_grads(params, key, ids, mask, labels, weights, model, micro):
 
     def loss_sum(params, key, ids, mask, labels, weights):
         logits = model.apply(params, key, ids, mask, True)
-        losses = optax.sigmoid_binary_cross_entropy(logits, labels.astype(logits.dtype))
-        return (losses * weights).sum(), logits
+        return sigmoid_bce_sum(logits, labels, weights), logits
 
     grad_fn = jax.value_and_grad(loss_sum, has_aux=True)
     if micro == 1:
