@@ -35,12 +35,13 @@ class Preset:
 
 PRESETS: dict[str, Preset] = {
     "default": Preset(
-        "the recipe of `make train`: 1 layer, d_model 128, mean+max pooling, random 256-token "
-        "crops, moving average of the weights, evaluation averaged over 256-token windows",
+        "the recipe of `make train`: 1 layer, d_model 128, mean pooling, dropout 0.5, random "
+        "256-token crops, moving average of the weights, evaluation averaged over 256-token "
+        "windows",
         vocab_size=20000,
         seq_len=1024,
         model=dict(
-            num_layers=1, num_heads=4, d_model=128, d_ff=256, p_dropout=0.3, pooling="mean_max"
+            num_layers=1, num_heads=4, d_model=128, d_ff=256, p_dropout=0.5, pooling="mean"
         ),
         train=dict(
             epochs=4,
