@@ -438,7 +438,7 @@ def train_plan(
 
     Reviews longer than ``crop_len`` are cut to a random window of ``crop_len`` tokens.
     """
-    widths = bucket_widths(crop_len, widths or DEFAULT_WIDTHS)
+    widths = bucket_widths(crop_len, widths)
     lengths = np.asarray(lengths)
     cropped = np.minimum(lengths, crop_len)
     bucket = np.array([width_for(n, widths) for n in cropped], dtype=np.int64)
@@ -463,7 +463,7 @@ def eval_plan(
     One plan per width; long widths get smaller batches (``EVAL_ATTENTION_BUDGET``), always
     a multiple of ``n_devices``.
     """
-    widths = bucket_widths(max_width, widths or DEFAULT_WIDTHS)
+    widths = bucket_widths(max_width, widths)
     lengths = np.minimum(np.asarray(lengths), max_width)
     bucket = np.array([width_for(n, widths) for n in lengths], dtype=np.int64)
     plans = []
