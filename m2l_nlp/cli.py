@@ -40,9 +40,7 @@ PRESETS: dict[str, Preset] = {
         "windows",
         vocab_size=20000,
         seq_len=1024,
-        model=dict(
-            num_layers=1, num_heads=4, d_model=128, d_ff=256, p_dropout=0.5, pooling="mean"
-        ),
+        model=dict(num_layers=1, num_heads=4, d_model=128, d_ff=256, p_dropout=0.5, pooling="mean"),
         train=dict(
             epochs=4,
             batch_size=32,
@@ -267,10 +265,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["grade"]:  # everything after "grade" belongs to pytest, options included
         return cmd_grade(argparse.Namespace(pytest_args=argv[1:]))
     args = _parser().parse_args(argv)
-    if args.command == "train":
-        return cmd_train(args)
-    if args.command == "predict":
-        return cmd_predict(args)
+    try:
+        if args.command == "train":
+            return cmd_train(args)
+        if args.command == "predict":
+            return cmd_predict(args)
+    except NotImplementedError as error:
+        if getattr(args, "impl", None) != "exercises":
+            raise
+        print(
+            f"error: {error}. --impl exercises runs your own modules: finish the exercises "
+            "first (`pytest` lists what is left) or use --impl solutions",
+            file=sys.stderr,
+        )
+        return 2
     return cmd_grade(args)
 
 

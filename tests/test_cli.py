@@ -35,6 +35,16 @@ def test_predict_without_checkpoint_says_what_to_do(tmp_path, capsys):
     assert "m2l-nlp train" in capsys.readouterr().err
 
 
+def test_training_unfinished_exercises_says_what_to_do(tmp_path, capsys):
+    # exercises/ holds the generated stubs (make test checks that they match solutions/)
+    args = ["train", "--impl", "exercises", "--data", "small", "--preset", "demo"]
+    args += ["--no-progress", "--out", str(tmp_path / "run"), "--cache-dir", str(tmp_path)]
+    assert cli.main(args) == 2
+    err = capsys.readouterr().err
+    assert "not implemented yet" in err and "--impl solutions" in err
+    assert not (tmp_path / "run").exists()
+
+
 def test_grade_forwards_to_the_grader(monkeypatch):
     seen = {}
 
