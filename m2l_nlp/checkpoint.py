@@ -5,6 +5,7 @@ Layout of a checkpoint folder::
     params.npz       one array per parameter, named "<module>/<name>"
     config.json      the ClassifierConfig (model sizes)
     tokenizer.json   the tokenizer the ids were made with
+    bigrams.npy      the table of bigram tokens, if the model reads them (m2l_nlp.bigrams)
     meta.json        free-form extras (training settings, metrics, impl)
 
 A checkpoint is written to a temporary folder beside the target and renamed into place, so
@@ -22,6 +23,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from m2l_nlp import bigrams
 from m2l_nlp.config import ClassifierConfig
 
 PARAMS_FILE = "params.npz"
@@ -32,12 +34,14 @@ SEP = "/"
 
 
 class Checkpoint(NamedTuple):
-    """A loaded checkpoint: haiku params (NumPy arrays), config, tokenizer, extras."""
+    """A loaded checkpoint: haiku params (NumPy arrays), config, tokenizer, extras, and the
+    bigram table (None for a model that reads tokens only)."""
 
     params: dict[str, dict[str, np.ndarray]]
     config: ClassifierConfig
     tokenizer: Any
     meta: dict[str, Any]
+    bigram_table: np.ndarray | None = None
 
 
 class CheckpointError(ValueError):
@@ -68,8 +72,12 @@ def save_checkpoint(
     config: ClassifierConfig,
     tokenizer: Any,
     meta: dict[str, Any] | None = None,
+    bigram_table: np.ndarray | None = None,
 ) -> Path:
-    """Write a checkpoint folder at ``path`` atomically (replacing an older one); returns it."""
+    """Write a checkpoint folder at ``path`` atomically (replacing an older one); returns it.
+
+    Pass ``bigram_table`` when the model was trained on bigram tokens (``data.bigram_table``).
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
@@ -77,6 +85,8 @@ def save_checkpoint(
         np.savez(tmp / PARAMS_FILE, **_flatten(params))
         (tmp / CONFIG_FILE).write_text(json.dumps(config.to_dict(), indent=2) + "\n")
         tokenizer.save(str(tmp / TOKENIZER_FILE))
+        if bigram_table is not None:
+            np.save(tmp / bigrams.TABLE_FILE, np.asarray(bigram_table, np.int32))
         (tmp / META_FILE).write_text(json.dumps(meta or {}, indent=2, default=str) + "\n")
         old = None
         if path.exists():
@@ -135,14 +145,21 @@ def load_checkpoint(
         params = _unflatten({k: arrays[k] for k in arrays.files})
     _check_shapes(params, config)
     tokenizer = Tokenizer.from_file(str(path / TOKENIZER_FILE))
-    if tokenizer.get_vocab_size() > config.vocab_size:
+    table = None
+    needed = tokenizer.get_vocab_size()
+    what = f"the tokenizer has {needed} tokens"
+    if (path / bigrams.TABLE_FILE).is_file():
+        table = np.load(path / bigrams.TABLE_FILE, allow_pickle=False)
+        needed = bigrams.vocab_size_with_bigrams(needed, table)
+        what += f" and the bigram table {len(table)} pairs (with the rare pair: {needed} ids)"
+    if needed > config.vocab_size:
         raise CheckpointError(
-            f"the tokenizer has {tokenizer.get_vocab_size()} tokens but the model only "
-            f"{config.vocab_size} embeddings: the files of {path} do not belong together"
+            f"{what} but the model only {config.vocab_size} embeddings: "
+            f"the files of {path} do not belong together"
         )
     meta_path = path / META_FILE
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    return Checkpoint(params, config, tokenizer, meta)
+    return Checkpoint(params, config, tokenizer, meta, table)
 
 
 def predict(
@@ -169,7 +186,13 @@ def predict(
     if not texts:
         return np.zeros((0,), np.float32)
     config = checkpoint.config
-    ids, mask = batch_encode(checkpoint.tokenizer, texts, seq_len=config.max_len)
+    table = checkpoint.bigram_table
+    if table is None:
+        ids, mask = batch_encode(checkpoint.tokenizer, texts, seq_len=config.max_len)
+    else:  # one pair token after every token: half as many tokens fit
+        ids, mask = batch_encode(checkpoint.tokenizer, texts, seq_len=config.max_len // 2)
+        base = checkpoint.tokenizer.get_vocab_size()
+        ids, mask = bigrams.add_bigram_tokens(ids, mask, table, base)
     model = training.build_model(config, impl)
     data = training.put_data(ids, mask, np.zeros(len(texts), np.int32))
     window = checkpoint.meta.get("settings", {}).get("crop_len")  # as in training

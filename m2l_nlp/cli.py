@@ -31,6 +31,7 @@ class Preset:
     train: dict[str, Any]
     val_size: int  # held out from the training split for per-epoch validation
     embed_scale: float = 1.0  # initial token embeddings times this
+    bigram_tokens: int = 0  # > 0: that many frequent token pairs as extra tokens (m2l_nlp.bigrams)
 
 
 PRESETS: dict[str, Preset] = {
@@ -151,13 +152,14 @@ def cmd_train(args: argparse.Namespace) -> int:
         seed=args.seed,
         cache_dir=args.cache_dir,
         progress=progress,
+        bigram_tokens=preset.bigram_tokens,
     )
     n_train = len(data.train_labels)
     val_size = min(preset.val_size, n_train // 5)
     keep = n_train - val_size
     print(
         f"data: {keep} train / {val_size} validation / {len(data.test_labels)} test reviews, "
-        f"vocab {data.vocab_size}, up to {data.seq_len} tokens "
+        f"vocab {data.vocab_size}{_bigram_note(data.bigram_table)}, up to {data.seq_len} tokens "
         f"({time.perf_counter() - start:.0f}s)"
     )
     config = ClassifierConfig(vocab_size=data.vocab_size, max_len=data.seq_len, **preset.model)
@@ -212,12 +214,21 @@ def cmd_train(args: argparse.Namespace) -> int:
     }
     meta = dict(metrics, settings=dataclasses.asdict(settings), history=result.history)
     ckpt = save_checkpoint(
-        out / "checkpoint", jax.device_get(result.params), config, data.tokenizer, meta
+        out / "checkpoint",
+        jax.device_get(result.params),
+        config,
+        data.tokenizer,
+        meta,
+        bigram_table=data.bigram_table,
     )
     write_json_atomic(out / "metrics.json", dict(metrics, history=result.history))
     _save_plots(out, result.history, np.asarray(test.confusion))
     print(f"wrote {ckpt} and {out}/metrics.json")
     return 0
+
+
+def _bigram_note(table: Any) -> str:
+    return "" if table is None else f" (of which {len(table) + 1} bigram tokens, interleaved)"
 
 
 def _save_plots(out: Path, history: dict, confusion: Any) -> None:

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 import tokenizers
 
-from m2l_nlp import tokenization
+from m2l_nlp import bigrams, tokenization
 
 IMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
 IMDB_SHA256 = "c40f74a18d3b61f90feba1e17730e0d38e8b97c05fde7008942e91923d1658fe"
@@ -490,7 +490,8 @@ def extract_imdb(archive: str | os.PathLike, dest: str | os.PathLike) -> Path:
 @dataclasses.dataclass(frozen=True)
 class PreparedData:
     """IMDB encoded for the classifier: ids and mask int32 ``(N, seq_len)``, labels int32
-    ``(N,)`` (1 = positive), and the tokenizer that made them."""
+    ``(N,)`` (1 = positive), and the tokenizer that made them. With ``bigram_table``, every
+    other position holds a pair token (:mod:`m2l_nlp.bigrams`) and ``seq_len`` is doubled."""
 
     train_ids: np.ndarray
     train_mask: np.ndarray
@@ -501,11 +502,16 @@ class PreparedData:
     tokenizer: tokenization.Tokenizer = dataclasses.field(repr=False)
     from_cache: bool = False
     cache_path: Path | None = None
+    bigram_table: np.ndarray | None = dataclasses.field(default=None, repr=False)
 
     @property
     def vocab_size(self) -> int:
-        """Size of the tokenizer's vocabulary (can be below the requested size)."""
-        return self.tokenizer.get_vocab_size()
+        """Embedding rows the ids need: the tokenizer's vocabulary (can be below the
+        requested size), plus the bigram tokens if any."""
+        base = self.tokenizer.get_vocab_size()
+        if self.bigram_table is None:
+            return base
+        return bigrams.vocab_size_with_bigrams(base, self.bigram_table)
 
     @property
     def seq_len(self) -> int:
@@ -528,8 +534,14 @@ def prepare_imdb(
     *,
     use_cache: bool = True,
     progress: bool = True,
+    bigram_tokens: int = 0,
 ) -> PreparedData:
     """Load IMDB, train the tokenizer on the train split, and encode both splits.
+
+    ``seq_len`` tokens are kept per review. With ``bigram_tokens=K > 0``, the ``K`` most
+    frequent pairs of neighbouring tokens in the train split become extra tokens,
+    interleaved with the others (:mod:`m2l_nlp.bigrams`): the arrays are then
+    ``2 * seq_len`` wide.
 
     The result is cached in ``cache_dir`` (default :func:`default_cache_dir`) under a key
     made of the data's fingerprint and the settings; a second call with the same data and
@@ -541,6 +553,7 @@ def prepare_imdb(
         "data": data_key,
         "vocab_size": vocab_size,
         "seq_len": seq_len,
+        "bigram_tokens": bigram_tokens,
         "seed": seed,
         "version": CACHE_VERSION,
         "tokenizers": tokenizers.__version__,
@@ -563,6 +576,11 @@ def prepare_imdb(
         tok, [*train_df["text"], *test_df["text"]], seq_len=seq_len
     )
     n = len(train_df)
+    table = None
+    if bigram_tokens:
+        base = tok.get_vocab_size()
+        table = bigrams.fit_bigram_table(ids[:n], mask[:n], bigram_tokens, base)
+        ids, mask = bigrams.add_bigram_tokens(ids, mask, table, base)
     train_ids, train_mask, test_ids, test_mask = ids[:n], mask[:n], ids[n:], mask[n:]
     data = PreparedData(
         train_ids=train_ids,
@@ -572,6 +590,7 @@ def prepare_imdb(
         test_mask=test_mask,
         test_labels=test_df["label"].to_numpy(np.int32),
         tokenizer=tok,
+        bigram_table=table,
     )
     if use_cache:
         _save_prepared(folder, data, settings)
@@ -592,6 +611,8 @@ def _save_prepared(folder: Path, data: PreparedData, settings: dict) -> None:
             arrays[f"{split}_lengths"] = getattr(data, f"{split}_mask").sum(axis=1)
             arrays[f"{split}_labels"] = getattr(data, f"{split}_labels").astype(np.int8)
         tokenization.save_tokenizer(data.tokenizer, tmp / "tokenizer.json")
+        if data.bigram_table is not None:
+            np.save(tmp / bigrams.TABLE_FILE, data.bigram_table)
         (tmp / "settings.json").write_text(json.dumps(settings, indent=1, sort_keys=True))
         np.savez(tmp / "arrays.npz", **arrays)
         try:
@@ -612,4 +633,7 @@ def _load_prepared(folder: Path) -> PreparedData:
             fields[f"{split}_ids"] = ids
             fields[f"{split}_mask"] = (np.arange(ids.shape[1]) < lengths[:, None]).astype(np.int32)
             fields[f"{split}_labels"] = z[f"{split}_labels"].astype(np.int32)
+    table_path = folder / bigrams.TABLE_FILE
+    if table_path.is_file():
+        fields["bigram_table"] = np.load(table_path, allow_pickle=False)
     return PreparedData(**fields, tokenizer=tok, from_cache=True, cache_path=folder)

@@ -125,3 +125,43 @@ def test_predict_reads_long_reviews_in_training_windows(tmp_path, params, config
         for s in (0, 8, 16, 24)
     ]
     assert prob == pytest.approx(1 / (1 + np.exp(-np.mean(logits))), rel=1e-4)
+
+
+def test_a_bigram_checkpoint_round_trips_and_predicts_like_the_model(tmp_path, tokenizer):
+    from m2l_nlp import bigrams
+    from m2l_nlp.tokenization import batch_encode
+
+    base = tokenizer.get_vocab_size()
+    ids, mask = batch_encode(tokenizer, TEXTS, seq_len=16)
+    table = bigrams.fit_bigram_table(ids, mask, size=10, base=base)
+    config = ClassifierConfig(
+        vocab_size=bigrams.vocab_size_with_bigrams(base, table),
+        num_layers=1,
+        num_heads=2,
+        d_model=8,
+        d_ff=16,
+        max_len=32,
+    )
+    model = training.build_model(config)
+    params = jax.device_get(training.init_params(model, jax.random.PRNGKey(1), config))
+    path = ck.save_checkpoint(tmp_path / "ckpt", params, config, tokenizer, bigram_table=table)
+    loaded = ck.load_checkpoint(path, expected_config=config)
+    np.testing.assert_array_equal(loaded.bigram_table, table)
+    plain = ck.save_checkpoint(tmp_path / "plain", params, config, tokenizer)
+    assert ck.load_checkpoint(plain).bigram_table is None
+
+    texts = ["", "great " * 500, "Très bien, 素晴らしい映画 🎬", TEXTS[1]]
+    probs = ck.predict(texts, path)
+    pair_ids, pair_mask = bigrams.add_bigram_tokens(
+        *batch_encode(tokenizer, texts, seq_len=16), table, base
+    )
+    logits = np.asarray(model.apply(params, None, pair_ids, pair_mask, False))
+    np.testing.assert_allclose(probs, 1 / (1 + np.exp(-logits)), rtol=1e-4, atol=1e-6)
+
+    # a model with too few embedding rows for the table is refused
+    small = dataclasses.replace(config, vocab_size=base + 5)
+    small_model = training.build_model(small)
+    small_params = jax.device_get(training.init_params(small_model, jax.random.PRNGKey(1), small))
+    path = ck.save_checkpoint(tmp_path / "bad", small_params, small, tokenizer, bigram_table=table)
+    with pytest.raises(ck.CheckpointError, match="bigram table 10 pairs"):
+        ck.load_checkpoint(path)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from m2l_nlp import data, tokenization
+from m2l_nlp import bigrams, data, tokenization
 
 
 def _tar_from_folder(folder: Path, out: Path, extra: dict[str, bytes] | None = None) -> Path:
@@ -328,3 +328,32 @@ def test_bundled_dataset_matches_its_generator():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assert module.main(["--check", "--out", str(data.SMALL_DATA)]) == 0
+
+
+def test_prepare_imdb_with_bigram_tokens(tmp_path):
+    cache = tmp_path / "prep"
+    plain = data.prepare_imdb(data.SMALL_DATA, vocab_size=300, seq_len=32, cache_dir=cache)
+    first = data.prepare_imdb(
+        data.SMALL_DATA, vocab_size=300, seq_len=32, cache_dir=cache, bigram_tokens=50
+    )
+    assert not first.from_cache  # its own cache entry
+    base = plain.tokenizer.get_vocab_size()
+    assert first.bigram_table.shape == (50, 2) and plain.bigram_table is None
+    assert first.vocab_size == base + 51 and first.seq_len == 64
+    # the table is fitted on the train split; the test split is only encoded with it
+    table = bigrams.fit_bigram_table(plain.train_ids, plain.train_mask, 50, base)
+    np.testing.assert_array_equal(first.bigram_table, table)
+    for split in ("train", "test"):
+        ids, mask = bigrams.add_bigram_tokens(
+            getattr(plain, f"{split}_ids"), getattr(plain, f"{split}_mask"), table, base
+        )
+        np.testing.assert_array_equal(getattr(first, f"{split}_ids"), ids)
+        np.testing.assert_array_equal(getattr(first, f"{split}_mask"), mask)
+    second = data.prepare_imdb(
+        data.SMALL_DATA, vocab_size=300, seq_len=32, cache_dir=cache, bigram_tokens=50
+    )
+    assert second.from_cache
+    np.testing.assert_array_equal(second.bigram_table, first.bigram_table)
+    np.testing.assert_array_equal(second.train_ids, first.train_ids)
+    np.testing.assert_array_equal(second.test_mask, first.test_mask)
+    assert second.vocab_size == first.vocab_size
