@@ -62,7 +62,7 @@ PRESETS: dict[str, Preset] = {
         val_size=2500,
     ),
     "demo": Preset(
-        "a tiny model for the bundled small dataset (seconds)",
+        "a tiny model for the bundled small dataset (seconds), with bigram tokens",
         vocab_size=2000,
         seq_len=256,
         model=dict(
@@ -70,6 +70,7 @@ PRESETS: dict[str, Preset] = {
         ),
         train=dict(epochs=3, batch_size=16, learning_rate=3e-3, weight_decay=0.01, crop_len=128),
         val_size=50,
+        bigram_tokens=2000,
     ),
 }
 

@@ -85,7 +85,12 @@ def test_train_then_predict_on_the_small_dataset(tmp_path, capsys):
     assert sum(map(sum, metrics["confusion"])) == 500  # every test review counted once
     assert 0.0 <= metrics["test_accuracy"] <= 1.0
     assert len(metrics["history"]["loss"]) == 1
-    for name in ("training_curves.png", "confusion_matrix.png", "checkpoint/params.npz"):
+    checkpoint = ("params.npz", "config.json", "tokenizer.json", "bigrams.npy")  # demo: bigrams
+    for name in (
+        "training_curves.png",
+        "confusion_matrix.png",
+        *(f"checkpoint/{f}" for f in checkpoint),
+    ):
         assert (out / name).is_file(), name
     assert cli.main(["predict", "I loved it", "", "--checkpoint", str(out / "checkpoint")]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
