@@ -1,13 +1,16 @@
-"""Bigram tokens: the frequent pairs of neighbouring tokens as extra tokens of the input.
+"""Bigram tokens: the frequent pairs of neighbouring tokens as tokens of their own.
 
-A review encoded to token ids ``t0 t1 t2 ...`` becomes ``t0 b01 t1 b12 t2 ...``, where
-``b01`` is the id of the pair ``(t0, t1)`` in a table of the ``size`` most frequent pairs
-of the training reviews (pairs not in the table share one "rare pair" id). The model is
+A review encoded to token ids ``t0 t1 t2 ...`` becomes ``p0 p1 p2 ...``, where ``p_i`` is
+the id of the pair ``(t_i, t_i+1)`` when that pair is in a table of the ``size`` most
+frequent pairs of the training reviews, and ``t_i`` itself otherwise (always for the last
+token). A pair id still says which token stands at its position, so nothing is lost; it
+also says which token comes next, so each position's embedding can depend on a two-token
+phrase ("not good" is not "good"). The sequence keeps its length and the model is
 unchanged: the pairs are tokens like any other, with their own embedding rows after the
-tokenizer's vocabulary. Sequences get twice as long (``2 * seq_len``).
+tokenizer's vocabulary.
 
-Ids: ``0 .. base - 1`` are the tokenizer's; ``base`` is the rare pair; ``base + 1 + k`` is
-pair ``k`` of the table. The table is ``(K, 2)`` int32, sorted, and saved with the tokenizer.
+Ids: ``0 .. base - 1`` are the tokenizer's; ``base + k`` is pair ``k`` of the table. The
+table is ``(K, 2)`` int32, sorted, and saved with the tokenizer.
 """
 
 from __future__ import annotations
@@ -23,6 +26,11 @@ def _codes(ids: np.ndarray, base: int) -> np.ndarray:
     return ids[:, :-1] * base + ids[:, 1:]
 
 
+def _check_shapes(ids: np.ndarray, mask: np.ndarray) -> None:
+    if ids.shape != mask.shape or ids.ndim != 2:
+        raise ValueError(f"ids {ids.shape} and mask {mask.shape} must be the same (N, S) shape")
+
+
 def fit_bigram_table(ids: np.ndarray, mask: np.ndarray, size: int, base: int) -> np.ndarray:
     """The ``size`` most frequent pairs of neighbouring real tokens in ``ids`` ``(N, S)``.
 
@@ -32,8 +40,7 @@ def fit_bigram_table(ids: np.ndarray, mask: np.ndarray, size: int, base: int) ->
     if size < 1:
         raise ValueError(f"size must be a positive number of pairs, not {size}")
     ids, mask = np.asarray(ids), np.asarray(mask)
-    if ids.shape != mask.shape or ids.ndim != 2:
-        raise ValueError(f"ids {ids.shape} and mask {mask.shape} must be the same (N, S) shape")
+    _check_shapes(ids, mask)
     if ids.size and (ids.min() < 0 or ids.max() >= base):
         raise ValueError(f"token ids must lie in [0, {base}): is base the tokenizer's size?")
     valid = (mask[:, :-1] != 0) & (mask[:, 1:] != 0)
@@ -43,36 +50,26 @@ def fit_bigram_table(ids: np.ndarray, mask: np.ndarray, size: int, base: int) ->
 
 
 def vocab_size_with_bigrams(base: int, table: np.ndarray) -> int:
-    """Embedding rows needed: the tokenizer's ``base`` ids, the rare pair, the table."""
-    return base + 1 + len(table)
+    """Embedding rows needed: the tokenizer's ``base`` ids, then one per pair of the table."""
+    return base + len(table)
 
 
-def add_bigram_tokens(
+def merge_bigram_tokens(
     ids: np.ndarray, mask: np.ndarray, table: np.ndarray, base: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Interleave pair tokens: ``(N, S)`` ids and mask -> int32 ``(N, 2S)`` ids and mask.
-
-    Position ``2i`` holds token ``i``; position ``2i + 1`` the pair ``(i, i + 1)`` when both
-    are real tokens, else padding. A review of ``n`` tokens gets ``2n - 1`` real positions,
-    all at the start (padding stays on the right).
+) -> np.ndarray:
+    """Token ids ``(N, S)`` -> int32 ``(N, S)`` where each token followed by a real token
+    is replaced by the id of that pair if the pair is in ``table``. The mask is unchanged.
     """
     ids, mask, table = np.asarray(ids), np.asarray(mask), np.asarray(table)
-    if ids.shape != mask.shape or ids.ndim != 2:
-        raise ValueError(f"ids {ids.shape} and mask {mask.shape} must be the same (N, S) shape")
+    _check_shapes(ids, mask)
     if table.ndim != 2 or table.shape[1] != 2:
         raise ValueError(f"the bigram table must have shape (K, 2), not {table.shape}")
-    n, s = ids.shape
-    out_ids = np.zeros((n, 2 * s), np.int32)
-    out_mask = np.zeros((n, 2 * s), np.int32)
-    out_ids[:, 0::2] = ids
-    out_mask[:, 0::2] = mask != 0
-    if s > 1:
-        known = table[:, 0].astype(np.int64) * base + table[:, 1]
-        codes = _codes(ids, base)
-        at = np.minimum(np.searchsorted(known, codes), max(len(known) - 1, 0))
-        found = known[at] == codes if len(known) else np.zeros(codes.shape, bool)
-        pair_ids = np.where(found, base + 1 + at, base)
-        valid = (mask[:, :-1] != 0) & (mask[:, 1:] != 0)
-        out_ids[:, 1:-1:2] = np.where(valid, pair_ids, 0)
-        out_mask[:, 1:-1:2] = valid
-    return out_ids, out_mask
+    out = ids.astype(np.int32)
+    if ids.shape[1] < 2 or len(table) == 0:
+        return out
+    known = table[:, 0].astype(np.int64) * base + table[:, 1]
+    codes = _codes(ids, base)
+    at = np.minimum(np.searchsorted(known, codes), len(known) - 1)
+    found = (known[at] == codes) & (mask[:, :-1] != 0) & (mask[:, 1:] != 0)
+    out[:, :-1] = np.where(found, base + at, out[:, :-1])
+    return out

@@ -151,7 +151,7 @@ def load_checkpoint(
     if (path / bigrams.TABLE_FILE).is_file():
         table = np.load(path / bigrams.TABLE_FILE, allow_pickle=False)
         needed = bigrams.vocab_size_with_bigrams(needed, table)
-        what += f" and the bigram table {len(table)} pairs (with the rare pair: {needed} ids)"
+        what += f" and the bigram table {len(table)} pairs ({needed} ids)"
     if needed > config.vocab_size:
         raise CheckpointError(
             f"{what} but the model only {config.vocab_size} embeddings: "
@@ -187,12 +187,10 @@ def predict(
         return np.zeros((0,), np.float32)
     config = checkpoint.config
     table = checkpoint.bigram_table
-    if table is None:
-        ids, mask = batch_encode(checkpoint.tokenizer, texts, seq_len=config.max_len)
-    else:  # one pair token after every token: half as many tokens fit
-        ids, mask = batch_encode(checkpoint.tokenizer, texts, seq_len=config.max_len // 2)
+    ids, mask = batch_encode(checkpoint.tokenizer, texts, seq_len=config.max_len)
+    if table is not None:
         base = checkpoint.tokenizer.get_vocab_size()
-        ids, mask = bigrams.add_bigram_tokens(ids, mask, table, base)
+        ids = bigrams.merge_bigram_tokens(ids, mask, table, base)
     model = training.build_model(config, impl)
     data = training.put_data(ids, mask, np.zeros(len(texts), np.int32))
     window = checkpoint.meta.get("settings", {}).get("crop_len")  # as in training

@@ -36,9 +36,9 @@ class Preset:
 
 PRESETS: dict[str, Preset] = {
     "default": Preset(
-        "the recipe of `make train`: 1 layer, d_model 128, mean pooling, dropout 0.5, random "
-        "256-token crops, moving average of the weights, evaluation averaged over 256-token "
-        "windows",
+        "the recipe of `make train`: the 50,000 most frequent token pairs as extra tokens, 1 "
+        "layer, d_model 128, mean pooling, dropout 0.5, random 256-token crops, moving average "
+        "of the weights, evaluation averaged over 256-token windows",
         vocab_size=20000,
         seq_len=1024,
         model=dict(num_layers=1, num_heads=4, d_model=128, d_ff=256, p_dropout=0.5, pooling="mean"),
@@ -52,6 +52,7 @@ PRESETS: dict[str, Preset] = {
         ),
         val_size=2500,
         embed_scale=0.1,
+        bigram_tokens=50000,
     ),
     "seed": Preset(
         "the tutorial's model: d_model 32, 2 layers, 8 heads, d_ff 32, 600 tokens, mean pool",
@@ -73,6 +74,12 @@ PRESETS: dict[str, Preset] = {
         bigram_tokens=2000,
     ),
 }
+
+PRESETS["unigram"] = dataclasses.replace(
+    PRESETS["default"],
+    description="the default recipe without bigram tokens (`make train` before them)",
+    bigram_tokens=0,
+)
 
 
 # Practical 1's baselines (m2l_nlp.baselines.MODELS), listed here to keep `--help` light.
@@ -229,7 +236,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _bigram_note(table: Any) -> str:
-    return "" if table is None else f" (of which {len(table) + 1} bigram tokens, interleaved)"
+    return "" if table is None else f" (of which {len(table)} bigram tokens)"
 
 
 def _save_plots(out: Path, history: dict, confusion: Any) -> None:

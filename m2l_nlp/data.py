@@ -45,7 +45,7 @@ DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 SMALL_DATA = DATA_DIR / "small" / "aclImdb"
 SPLITS = ("train", "test")
 LABELS = {"pos": 1, "neg": 0}
-CACHE_VERSION = 1  # bump when the parsing, cleanup or encoding changes
+CACHE_VERSION = 2  # bump when the parsing, cleanup or encoding changes
 
 _BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
 _HOW_TO_FIX = (
@@ -490,8 +490,8 @@ def extract_imdb(archive: str | os.PathLike, dest: str | os.PathLike) -> Path:
 @dataclasses.dataclass(frozen=True)
 class PreparedData:
     """IMDB encoded for the classifier: ids and mask int32 ``(N, seq_len)``, labels int32
-    ``(N,)`` (1 = positive), and the tokenizer that made them. With ``bigram_table``, every
-    other position holds a pair token (:mod:`m2l_nlp.bigrams`) and ``seq_len`` is doubled."""
+    ``(N,)`` (1 = positive), and the tokenizer that made them. With ``bigram_table``, a
+    token followed by a frequent partner is stored as the pair's id (:mod:`m2l_nlp.bigrams`)."""
 
     train_ids: np.ndarray
     train_mask: np.ndarray
@@ -539,9 +539,8 @@ def prepare_imdb(
     """Load IMDB, train the tokenizer on the train split, and encode both splits.
 
     ``seq_len`` tokens are kept per review. With ``bigram_tokens=K > 0``, the ``K`` most
-    frequent pairs of neighbouring tokens in the train split become extra tokens,
-    interleaved with the others (:mod:`m2l_nlp.bigrams`): the arrays are then
-    ``2 * seq_len`` wide.
+    frequent pairs of neighbouring tokens in the train split become tokens of their own
+    (:mod:`m2l_nlp.bigrams`): a token followed by its partner is stored as the pair's id.
 
     The result is cached in ``cache_dir`` (default :func:`default_cache_dir`) under a key
     made of the data's fingerprint and the settings; a second call with the same data and
@@ -580,7 +579,7 @@ def prepare_imdb(
     if bigram_tokens:
         base = tok.get_vocab_size()
         table = bigrams.fit_bigram_table(ids[:n], mask[:n], bigram_tokens, base)
-        ids, mask = bigrams.add_bigram_tokens(ids, mask, table, base)
+        ids = bigrams.merge_bigram_tokens(ids, mask, table, base)
     train_ids, train_mask, test_ids, test_mask = ids[:n], mask[:n], ids[n:], mask[n:]
     data = PreparedData(
         train_ids=train_ids,

@@ -1,4 +1,4 @@
-"""Tests of m2l_nlp.bigrams: the pair table and the interleaved pair tokens."""
+"""Tests of m2l_nlp.bigrams: the pair table and the merged pair tokens."""
 
 from __future__ import annotations
 
@@ -30,34 +30,39 @@ def test_fit_keeps_the_most_frequent_pairs_of_real_tokens():
 
 
 def _reference(row: list[int], table: np.ndarray, base: int) -> list[int]:
-    """Pair tokens one review at a time, with a dict: t0 b01 t1 b12 ... t(n-1)."""
-    index = {(int(a), int(b)): base + 1 + k for k, (a, b) in enumerate(table)}
-    out = []
-    for i, token in enumerate(row):
-        out.append(token)
-        if i + 1 < len(row):
-            out.append(index.get((token, row[i + 1]), base))
-    return out
+    """Pair tokens one review at a time, with a dict: each token, or its pair with the next."""
+    index = {(int(a), int(b)): base + k for k, (a, b) in enumerate(table)}
+    return [
+        index.get((token, row[i + 1]), token) if i + 1 < len(row) else token
+        for i, token in enumerate(row)
+    ]
 
 
-def test_interleaving_matches_a_per_review_reference():
+def test_merging_matches_a_per_review_reference():
     rng = np.random.default_rng(0)
     base = 12
     rows = [list(rng.integers(1, base, size=n)) for n in (0, 1, 2, 9, 16, 16, 5)]
     ids, mask = _padded(rows, width=16)
     table = bigrams.fit_bigram_table(ids, mask, size=15, base=base)
-    out_ids, out_mask = bigrams.add_bigram_tokens(ids, mask, table, base)
-    assert out_ids.shape == out_mask.shape == (len(rows), 32)
-    assert out_ids.dtype == out_mask.dtype == np.int32
+    out = bigrams.merge_bigram_tokens(ids, mask, table, base)
+    assert out.shape == ids.shape and out.dtype == np.int32
     for i, row in enumerate(rows):
-        expected = _reference([int(t) for t in row], table, base)
-        n = len(expected)  # 2 * len(row) - 1 real positions, then padding
-        assert out_mask[i].tolist() == [1] * n + [0] * (32 - n)
-        assert out_ids[i, :n].tolist() == expected
-        assert not out_ids[i, n:].any()
-    found = out_ids[:, 1::2][out_mask[:, 1::2] == 1]
-    assert (found > base).any() and (found == base).any()  # known and rare pairs both occur
-    assert out_ids.max() < bigrams.vocab_size_with_bigrams(base, table)
+        n = len(row)
+        assert out[i, :n].tolist() == _reference([int(t) for t in row], table, base)
+        assert not out[i, n:].any()  # padding stays padding
+    real = out[mask == 1]
+    assert (real >= base).any() and (real < base).any()  # pairs and plain tokens both occur
+    assert out.max() < bigrams.vocab_size_with_bigrams(base, table)
+    # a pair id says which token stands at its position: nothing is lost
+    merged = out >= base
+    np.testing.assert_array_equal(table[out[merged] - base, 0], ids[merged])
+
+
+def test_a_pair_with_padding_is_never_merged():
+    ids = np.array([[3, 4, 0, 0], [3, 4, 3, 0]], np.int32)
+    mask = np.array([[1, 0, 0, 0], [1, 1, 1, 0]], np.int32)  # row 0: token 4 is masked out
+    out = bigrams.merge_bigram_tokens(ids, mask, np.array([[3, 4], [4, 3]], np.int32), base=5)
+    assert out.tolist() == [[3, 4, 0, 0], [5, 6, 3, 0]]
 
 
 def test_pairs_are_counted_over_all_reviews_not_per_review():
@@ -66,11 +71,10 @@ def test_pairs_are_counted_over_all_reviews_not_per_review():
     np.testing.assert_array_equal(bigrams.fit_bigram_table(ids, mask, 1, base=5), [[3, 4]])
 
 
-def test_an_empty_table_gives_every_pair_the_rare_id():
+def test_an_empty_table_changes_nothing():
     ids, mask = _padded([[1, 2, 3]], width=4)
-    out_ids, out_mask = bigrams.add_bigram_tokens(ids, mask, np.zeros((0, 2), np.int32), base=4)
-    assert out_ids[0].tolist() == [1, 4, 2, 4, 3, 0, 0, 0]
-    assert out_mask[0].tolist() == [1, 1, 1, 1, 1, 0, 0, 0]
+    out = bigrams.merge_bigram_tokens(ids, mask, np.zeros((0, 2), np.int32), base=4)
+    assert out.tolist() == ids.tolist()
 
 
 def test_bad_input_says_what_is_wrong():
@@ -82,4 +86,4 @@ def test_bad_input_says_what_is_wrong():
     with pytest.raises(ValueError, match=r"\[0, 3\)"):
         bigrams.fit_bigram_table(ids, mask, 5, base=3)
     with pytest.raises(ValueError, match=r"\(K, 2\)"):
-        bigrams.add_bigram_tokens(ids, mask, np.zeros(3, np.int32), base=4)
+        bigrams.merge_bigram_tokens(ids, mask, np.zeros(3, np.int32), base=4)

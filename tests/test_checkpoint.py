@@ -152,10 +152,10 @@ def test_a_bigram_checkpoint_round_trips_and_predicts_like_the_model(tmp_path, t
 
     texts = ["", "great " * 500, "Très bien, 素晴らしい映画 🎬", TEXTS[1]]
     probs = ck.predict(texts, path)
-    pair_ids, pair_mask = bigrams.add_bigram_tokens(
-        *batch_encode(tokenizer, texts, seq_len=16), table, base
-    )
-    logits = np.asarray(model.apply(params, None, pair_ids, pair_mask, False))
+    ids, mask = batch_encode(tokenizer, texts, seq_len=32)
+    pair_ids = bigrams.merge_bigram_tokens(ids, mask, table, base)
+    assert (pair_ids >= base).any()  # the texts do contain pairs of the table
+    logits = np.asarray(model.apply(params, None, pair_ids, mask, False))
     np.testing.assert_allclose(probs, 1 / (1 + np.exp(-logits)), rtol=1e-4, atol=1e-6)
 
     # a model with too few embedding rows for the table is refused

@@ -339,14 +339,13 @@ def test_prepare_imdb_with_bigram_tokens(tmp_path):
     assert not first.from_cache  # its own cache entry
     base = plain.tokenizer.get_vocab_size()
     assert first.bigram_table.shape == (50, 2) and plain.bigram_table is None
-    assert first.vocab_size == base + 51 and first.seq_len == 64
+    assert first.vocab_size == base + 50 and first.seq_len == 32
     # the table is fitted on the train split; the test split is only encoded with it
     table = bigrams.fit_bigram_table(plain.train_ids, plain.train_mask, 50, base)
     np.testing.assert_array_equal(first.bigram_table, table)
     for split in ("train", "test"):
-        ids, mask = bigrams.add_bigram_tokens(
-            getattr(plain, f"{split}_ids"), getattr(plain, f"{split}_mask"), table, base
-        )
+        mask = getattr(plain, f"{split}_mask")
+        ids = bigrams.merge_bigram_tokens(getattr(plain, f"{split}_ids"), mask, table, base)
         np.testing.assert_array_equal(getattr(first, f"{split}_ids"), ids)
         np.testing.assert_array_equal(getattr(first, f"{split}_mask"), mask)
     second = data.prepare_imdb(
