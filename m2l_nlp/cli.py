@@ -43,7 +43,7 @@ PRESETS: dict[str, Preset] = {
         seq_len=1024,
         model=dict(num_layers=1, num_heads=4, d_model=128, d_ff=256, p_dropout=0.5, pooling="mean"),
         train=dict(
-            epochs=4,
+            epochs=3,
             batch_size=32,
             learning_rate=2e-3,
             weight_decay=0.3,
