@@ -68,6 +68,10 @@ def merge_bigram_tokens(
     if ids.shape[1] < 2 or len(table) == 0:
         return out
     known = table[:, 0].astype(np.int64) * base + table[:, 1]
+    if np.any(np.diff(known) <= 0):
+        raise ValueError(
+            "the bigram table must be sorted without repeats, as fit_bigram_table returns it"
+        )
     codes = _codes(ids, base)
     at = np.minimum(np.searchsorted(known, codes), len(known) - 1)
     found = (known[at] == codes) & (mask[:, :-1] != 0) & (mask[:, 1:] != 0)

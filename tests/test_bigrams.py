@@ -87,3 +87,5 @@ def test_bad_input_says_what_is_wrong():
         bigrams.fit_bigram_table(ids, mask, 5, base=3)
     with pytest.raises(ValueError, match=r"\(K, 2\)"):
         bigrams.merge_bigram_tokens(ids, mask, np.zeros(3, np.int32), base=4)
+    with pytest.raises(ValueError, match="sorted"):
+        bigrams.merge_bigram_tokens(ids, mask, np.array([[2, 3], [1, 2]], np.int32), base=4)
