@@ -77,7 +77,8 @@ PRESETS: dict[str, Preset] = {
 
 PRESETS["unigram"] = dataclasses.replace(
     PRESETS["default"],
-    description="the default recipe without bigram tokens (`make train` before them)",
+    description="the default recipe without bigram tokens, 4 epochs (`make train` before them)",
+    train=dict(PRESETS["default"].train, epochs=4),
     bigram_tokens=0,
 )
 
