@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import sys
 import time
 from collections.abc import Sequence
@@ -83,6 +84,43 @@ PRESETS["unigram"] = dataclasses.replace(
 )
 
 
+def override_preset(preset: Preset, assignments: Sequence[str]) -> Preset:
+    """``preset`` with ``KEY=VALUE`` assignments applied (``m2l-nlp train --set``).
+
+    Top-level fields by name (``bigram_tokens=100000``), model sizes and training settings
+    with a prefix (``model.d_model=64``, ``train.crop_len=512``). A value is read as JSON
+    (numbers, ``true``/``false``, ``null``) and otherwise kept as text (``model.pooling=max``).
+    Raises ``ValueError`` naming the valid keys when a key is unknown.
+    """
+    from m2l_nlp.training import TrainSettings
+
+    groups = {
+        "model": {f.name for f in dataclasses.fields(ClassifierConfig)} - {"vocab_size", "max_len"},
+        "train": {f.name for f in dataclasses.fields(TrainSettings)},
+    }
+    top = {f.name for f in dataclasses.fields(Preset)} - {"description", *groups}
+    for item in assignments:
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE, e.g. train.crop_len=512")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text
+        group, dot, name = key.partition(".")
+        if dot and name in groups.get(group, ()):
+            preset = dataclasses.replace(preset, **{group: {**getattr(preset, group), name: value}})
+        elif not dot and key in top:
+            preset = dataclasses.replace(preset, **{key: value})
+        else:
+            raise ValueError(
+                f"--set {item!r}: unknown key {key!r}; use one of {', '.join(sorted(top))}, "
+                f"model.NAME ({', '.join(sorted(groups['model']))}) or train.NAME "
+                f"({', '.join(sorted(groups['train']))})"
+            )
+    return preset
+
+
 # Practical 1's baselines (m2l_nlp.baselines.MODELS), listed here to keep `--help` light.
 BASELINES = ("bow-mlp", "bigram-mlp", "lstm")
 
@@ -108,6 +146,26 @@ def _parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--epochs", type=int, default=None, help="override the preset's epochs")
     train.add_argument("--impl", choices=("solutions", "exercises"), default="solutions")
+    train.add_argument(
+        "--val-size",
+        type=_non_negative,
+        default=None,
+        help="training reviews held out to validate after each epoch and keep the best one "
+        "(default: the preset's; 0 trains on the whole training split)",
+    )
+    train.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="change one setting of the preset, e.g. --set bigram_tokens=100000 "
+        "--set train.crop_len=512 --set model.d_model=64 (repeatable)",
+    )
+    train.add_argument(
+        "--no-test",
+        action="store_true",
+        help="validation only: do not evaluate on the test set (for choosing a recipe)",
+    )
     train.add_argument("--seed", type=int, default=0)
     train.add_argument("--out", default=None, help="output folder (default runs/<preset>)")
     train.add_argument("--cache-dir", default=None, help="where encoded data are cached")
@@ -121,6 +179,13 @@ def _parser() -> argparse.ArgumentParser:
     grade = sub.add_parser("grade", help="grade the exercises (arguments go to pytest)")
     grade.add_argument("pytest_args", nargs=argparse.REMAINDER)
     return parser
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
+    return value
 
 
 def _data_source(data: str | None) -> str | None:
@@ -144,15 +209,26 @@ def cmd_train(args: argparse.Namespace) -> int:
     from m2l_nlp.data import prepare_imdb
 
     start = time.perf_counter()
-    preset = PRESETS[args.preset]
+    try:
+        preset = override_preset(PRESETS[args.preset], args.set)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     settings_kw = dict(preset.train, seed=args.seed)
     if args.epochs is not None:
         settings_kw["epochs"] = args.epochs
-    settings = training.TrainSettings(**settings_kw)
+    try:
+        settings = training.TrainSettings(**settings_kw)
+        ClassifierConfig(vocab_size=preset.vocab_size, max_len=preset.seq_len, **preset.model)
+    except (TypeError, ValueError) as error:
+        print(f"error: preset {args.preset} with {args.set}: {error}", file=sys.stderr)
+        return 2
     out = Path(args.out or Path("runs") / args.preset)
     progress = not args.no_progress
     print(f"devices: {devices.describe_devices()}")
     print(f"preset {args.preset}: {preset.description}")
+    if args.set:
+        print(f"changed: {' '.join(args.set)}")
 
     data = prepare_imdb(
         _data_source(args.data),
@@ -164,7 +240,23 @@ def cmd_train(args: argparse.Namespace) -> int:
         bigram_tokens=preset.bigram_tokens,
     )
     n_train = len(data.train_labels)
-    val_size = min(preset.val_size, n_train // 5)
+    if args.val_size is None:
+        val_size = min(preset.val_size, n_train // 5)
+    elif args.val_size >= n_train:
+        print(
+            f"error: --val-size {args.val_size} leaves nothing to train on: the training "
+            f"split has {n_train} reviews; hold out fewer (or 0)",
+            file=sys.stderr,
+        )
+        return 2
+    else:
+        val_size = args.val_size
+    if args.no_test and not val_size:
+        print(
+            "error: --no-test needs a validation split to report on; drop --val-size 0",
+            file=sys.stderr,
+        )
+        return 2
     keep = n_train - val_size
     print(
         f"data: {keep} train / {val_size} validation / {len(data.test_labels)} test reviews, "
@@ -191,6 +283,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         mesh=mesh,
         progress=progress,
     )
+    if args.no_test:
+        return _finish_validation_run(args, out, result, start)
     test = training.evaluate(
         result.params,
         model,
@@ -217,6 +311,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         "confusion": test.confusion.tolist(),
         "seconds": elapsed,
         "preset": args.preset,
+        "changed": list(args.set),
         "best_epoch": result.best_epoch,
         "impl": args.impl,
         "devices": devices.describe_devices(),
@@ -233,6 +328,30 @@ def cmd_train(args: argparse.Namespace) -> int:
     write_json_atomic(out / "metrics.json", dict(metrics, history=result.history))
     _save_plots(out, result.history, np.asarray(test.confusion))
     print(f"wrote {ckpt} and {out}/metrics.json")
+    return 0
+
+
+def _finish_validation_run(args: argparse.Namespace, out: Path, result: Any, start: float) -> int:
+    """``--no-test``: report and save the validation history; the test set is not evaluated."""
+    from m2l_nlp import plotting
+
+    elapsed = time.perf_counter() - start
+    accuracies = result.history.get("val_acc", [])
+    summary = ", ".join(f"{100 * a:.2f}" for a in accuracies)
+    print(f"validation accuracy per epoch (%): {summary}; best epoch {result.best_epoch}")
+    print(f"total time: {elapsed:.0f}s (test set not evaluated: --no-test)")
+    metrics = {
+        "val_accuracy": result.eval_result.accuracy,
+        "best_epoch": result.best_epoch,
+        "seconds": elapsed,
+        "preset": args.preset,
+        "changed": list(args.set),
+        "history": result.history,
+    }
+    write_json_atomic(out / "metrics.json", metrics)
+    curves = plotting.plot_training_curves(result.history, title="Training curves")
+    plotting.save_figure(curves, out / "training_curves.png")
+    print(f"wrote {out}/metrics.json and {out}/training_curves.png")
     return 0
 
 

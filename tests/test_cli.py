@@ -116,3 +116,56 @@ def test_module_entry_point_runs():
         [sys.executable, "-m", "m2l_nlp.cli", "--help"], capture_output=True, text=True
     )
     assert proc.returncode == 0 and "train" in proc.stdout
+
+
+def test_val_size_zero_trains_on_the_whole_split_and_bad_sizes_are_refused(tmp_path, capsys):
+    common = ["train", "--data", "small", "--preset", "demo", "--epochs", "1", "--no-progress"]
+    common += ["--cache-dir", str(tmp_path / "cache")]
+    out = tmp_path / "run"
+    assert cli.main([*common, "--val-size", "0", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert " 0 validation " in printed and "val_acc" not in printed
+    history = json.loads((out / "metrics.json").read_text())["history"]
+    assert set(history) == {"loss", "train_acc"}
+    assert cli.main([*common, "--val-size", "100000", "--out", str(out)]) == 2
+    assert "leaves nothing to train on" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        cli.main([*common, "--val-size", "-5"])
+    assert "must be 0 or more" in capsys.readouterr().err
+
+
+def test_override_preset_changes_only_what_is_named():
+    default = cli.PRESETS["default"]
+    changed = cli.override_preset(
+        default, ["bigram_tokens=100000", "train.crop_len=512", "model.pooling=max"]
+    )
+    assert changed.bigram_tokens == 100000 and default.bigram_tokens == 50000
+    assert changed.train == {**default.train, "crop_len": 512}
+    assert changed.model == {**default.model, "pooling": "max"}
+    assert cli.override_preset(default, []) == default
+    for bad, message in [
+        ("train.crop_lenn=512", "unknown key 'train.crop_lenn'"),
+        ("model.vocab_size=5", "unknown key 'model.vocab_size'"),  # set by the data
+        ("description=x", "unknown key 'description'"),
+        ("crop_len", "expected KEY=VALUE"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            cli.override_preset(default, [bad])
+
+
+def test_no_test_run_reports_validation_only(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["train", "--data", "small", "--preset", "demo", "--epochs", "2", "--no-progress"]
+    args += ["--cache-dir", str(tmp_path / "cache"), "--out", str(out)]
+    assert cli.main([*args, "--no-test", "--set", "train.crop_len=64"]) == 0
+    printed = capsys.readouterr().out
+    assert "changed: train.crop_len=64" in printed and "test accuracy" not in printed
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert "test_accuracy" not in metrics and metrics["changed"] == ["train.crop_len=64"]
+    assert len(metrics["history"]["val_acc"]) == 2
+    assert 0.0 <= metrics["val_accuracy"] <= 1.0
+    assert not (out / "checkpoint").exists()
+    assert cli.main([*args, "--set", "train.crop_len=0"]) == 2
+    assert "crop_len" in capsys.readouterr().err
+    assert cli.main([*args, "--no-test", "--val-size", "0"]) == 2
+    assert "needs a validation split" in capsys.readouterr().err
