@@ -333,11 +333,8 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _finish_validation_run(args: argparse.Namespace, out: Path, result: Any, start: float) -> int:
     """``--no-test``: report and save the validation history; the test set is not evaluated."""
-    from m2l_nlp import plotting
-
     elapsed = time.perf_counter() - start
-    accuracies = result.history.get("val_acc", [])
-    summary = ", ".join(f"{100 * a:.2f}" for a in accuracies)
+    summary = ", ".join(f"{100 * a:.2f}" for a in result.history["val_acc"])
     print(f"validation accuracy per epoch (%): {summary}; best epoch {result.best_epoch}")
     print(f"total time: {elapsed:.0f}s (test set not evaluated: --no-test)")
     metrics = {
@@ -349,9 +346,8 @@ def _finish_validation_run(args: argparse.Namespace, out: Path, result: Any, sta
         "history": result.history,
     }
     write_json_atomic(out / "metrics.json", metrics)
-    curves = plotting.plot_training_curves(result.history, title="Training curves")
-    plotting.save_figure(curves, out / "training_curves.png")
-    print(f"wrote {out}/metrics.json and {out}/training_curves.png")
+    _save_plots(out, result.history)
+    print(f"wrote {out}/metrics.json")
     return 0
 
 
@@ -359,14 +355,17 @@ def _bigram_note(table: Any) -> str:
     return "" if table is None else f" (of which {len(table)} bigram tokens)"
 
 
-def _save_plots(out: Path, history: dict, confusion: Any) -> None:
+def _save_plots(out: Path, history: dict, confusion: Any = None) -> None:
+    """Training curves, and the test confusion matrix when there is one."""
     from m2l_nlp import plotting
 
-    curves = plotting.plot_training_curves(history, title="Training curves")
-    plotting.save_figure(curves, out / "training_curves.png")
-    matrix = plotting.plot_confusion_matrix(confusion, title="Test confusion matrix")
-    plotting.save_figure(matrix, out / "confusion_matrix.png")
-    print(f"plots: {out / 'training_curves.png'}, {out / 'confusion_matrix.png'}")
+    paths = [out / "training_curves.png"]
+    plotting.save_figure(plotting.plot_training_curves(history, title="Training curves"), paths[0])
+    if confusion is not None:
+        paths.append(out / "confusion_matrix.png")
+        matrix = plotting.plot_confusion_matrix(confusion, title="Test confusion matrix")
+        plotting.save_figure(matrix, paths[1])
+    print(f"plots: {', '.join(map(str, paths))}")
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
