@@ -9,15 +9,25 @@ phrase ("not good" is not "good"). The sequence keeps its length and the model i
 unchanged: the pairs are tokens like any other, with their own embedding rows after the
 tokenizer's vocabulary.
 
+That is the ``"merge"`` mode. The ``"interleave"`` mode keeps every token and puts the
+pair's id right after it instead: ``t0 p01 t1 p12 t2 ...``, with a pair slot only where the
+pair is in the table. The sequence grows (by 78 % on IMDB with 50,000 pairs), but the model
+sees each word both alone and within its phrase, so what it learns about "great" is not
+split among "great film", "great acting" and every other pair that starts with it.
+
 Ids: ``0 .. base - 1`` are the tokenizer's; ``base + k`` is pair ``k`` of the table. The
 table is ``(K, 2)`` int32, sorted, and saved with the tokenizer.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 TABLE_FILE = "bigrams.npy"
+MODE_FILE = "bigram_mode.txt"  # beside the table; absent: "merge"
+MODES = ("merge", "interleave")
 
 
 def _codes(ids: np.ndarray, base: int) -> np.ndarray:
@@ -77,3 +87,74 @@ def merge_bigram_tokens(
     found = (known[at] == codes) & (mask[:, :-1] != 0) & (mask[:, 1:] != 0)
     out[:, :-1] = np.where(found, base + at, out[:, :-1])
     return out
+
+
+def interleave_bigram_tokens(
+    ids: np.ndarray, mask: np.ndarray, table: np.ndarray, base: int, seq_len: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Token ids ``(N, S)`` -> ids and mask int32 ``(N, seq_len)``: each real token, then the
+    id of its pair with the next token when that pair is in ``table`` (``t0 p01 t1 ...``).
+
+    Reviews longer than ``seq_len`` positions are cut (default: the longest result).
+    """
+    merged = merge_bigram_tokens(ids, mask, table, base)
+    mask = np.asarray(mask) != 0
+    if np.any(mask[:, 1:] & ~mask[:, :-1]):
+        raise ValueError("interleaving needs the real tokens first in each row, then padding")
+    has_pair = merged >= base  # only where the pair is real and in the table
+    n, s = merged.shape
+    # each token moves right by the number of pair slots before it
+    shift = np.cumsum(has_pair, axis=1) - has_pair
+    pos = np.arange(s)[None, :] + shift
+    lengths = mask.sum(axis=1) + has_pair.sum(axis=1)
+    width = int(lengths.max(initial=0)) if seq_len is None else seq_len
+    out = np.zeros((n, max(2 * s, width)), np.int32)
+    rows = np.broadcast_to(np.arange(n)[:, None], (n, s))
+    tokens = np.asarray(ids).astype(np.int32)
+    out[rows[mask], pos[mask]] = tokens[mask]
+    out[rows[has_pair], pos[has_pair] + 1] = merged[has_pair]
+    out = out[:, :width]
+    new_mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int32)
+    return out * new_mask, new_mask
+
+
+def apply_bigram_tokens(
+    ids: np.ndarray,
+    mask: np.ndarray,
+    table: np.ndarray,
+    base: int,
+    mode: str = "merge",
+    seq_len: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Ids and mask with the pair tokens of ``table`` added the ``mode`` way (see above).
+
+    ``"merge"`` keeps the shape ``(N, S)``; ``"interleave"`` returns ``(N, seq_len)``.
+    """
+    if mode == "merge":
+        return merge_bigram_tokens(ids, mask, table, base), np.asarray(mask, np.int32)
+    if mode == "interleave":
+        return interleave_bigram_tokens(ids, mask, table, base, seq_len)
+    raise ValueError(f"bigram mode must be one of {MODES}, not {mode!r}")
+
+
+def save_table(folder: Path, table: np.ndarray, mode: str) -> None:
+    """Write ``table`` (and ``mode`` unless it is ``"merge"``) into ``folder``."""
+    if mode not in MODES:
+        raise ValueError(f"bigram mode must be one of {MODES}, not {mode!r}")
+    np.save(Path(folder) / TABLE_FILE, np.asarray(table, np.int32))
+    if mode != "merge":
+        (Path(folder) / MODE_FILE).write_text(mode + "\n")
+
+
+def load_table(folder: Path) -> tuple[np.ndarray | None, str]:
+    """The table and mode :func:`save_table` wrote in ``folder`` (``None, "merge"`` if none)."""
+    folder = Path(folder)
+    if not (folder / TABLE_FILE).is_file():
+        return None, "merge"
+    table = np.load(folder / TABLE_FILE, allow_pickle=False)
+    mode = "merge"
+    if (folder / MODE_FILE).is_file():
+        mode = (folder / MODE_FILE).read_text().strip()
+        if mode not in MODES:
+            raise ValueError(f"{folder / MODE_FILE} names an unknown bigram mode {mode!r}")
+    return table, mode

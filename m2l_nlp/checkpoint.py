@@ -42,6 +42,7 @@ class Checkpoint(NamedTuple):
     tokenizer: Any
     meta: dict[str, Any]
     bigram_table: np.ndarray | None = None
+    bigram_mode: str = "merge"  # how the pair tokens are added (m2l_nlp.bigrams.MODES)
 
 
 class CheckpointError(ValueError):
@@ -73,10 +74,12 @@ def save_checkpoint(
     tokenizer: Any,
     meta: dict[str, Any] | None = None,
     bigram_table: np.ndarray | None = None,
+    bigram_mode: str = "merge",
 ) -> Path:
     """Write a checkpoint folder at ``path`` atomically (replacing an older one); returns it.
 
-    Pass ``bigram_table`` when the model was trained on bigram tokens (``data.bigram_table``).
+    Pass ``bigram_table`` and ``bigram_mode`` when the model was trained on bigram tokens
+    (``data.bigram_table``, ``data.bigram_mode``).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -86,7 +89,7 @@ def save_checkpoint(
         (tmp / CONFIG_FILE).write_text(json.dumps(config.to_dict(), indent=2) + "\n")
         tokenizer.save(str(tmp / TOKENIZER_FILE))
         if bigram_table is not None:
-            np.save(tmp / bigrams.TABLE_FILE, np.asarray(bigram_table, np.int32))
+            bigrams.save_table(tmp, bigram_table, bigram_mode)
         (tmp / META_FILE).write_text(json.dumps(meta or {}, indent=2, default=str) + "\n")
         old = None
         if path.exists():
@@ -145,11 +148,13 @@ def load_checkpoint(
         params = _unflatten({k: arrays[k] for k in arrays.files})
     _check_shapes(params, config)
     tokenizer = Tokenizer.from_file(str(path / TOKENIZER_FILE))
-    table = None
+    try:
+        table, mode = bigrams.load_table(path)
+    except ValueError as error:
+        raise CheckpointError(f"{error}: the checkpoint is damaged; train a new one") from None
     needed = tokenizer.get_vocab_size()
     what = f"the tokenizer has {needed} tokens"
-    if (path / bigrams.TABLE_FILE).is_file():
-        table = np.load(path / bigrams.TABLE_FILE, allow_pickle=False)
+    if table is not None:
         needed = bigrams.vocab_size_with_bigrams(needed, table)
         what += f" and the bigram table {len(table)} pairs ({needed} ids)"
     if needed > config.vocab_size:
@@ -159,7 +164,7 @@ def load_checkpoint(
         )
     meta_path = path / META_FILE
     meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
-    return Checkpoint(params, config, tokenizer, meta, table)
+    return Checkpoint(params, config, tokenizer, meta, table, mode)
 
 
 def predict(
@@ -190,7 +195,9 @@ def predict(
     ids, mask = batch_encode(checkpoint.tokenizer, texts, seq_len=config.max_len)
     if table is not None:
         base = checkpoint.tokenizer.get_vocab_size()
-        ids = bigrams.merge_bigram_tokens(ids, mask, table, base)
+        ids, mask = bigrams.apply_bigram_tokens(
+            ids, mask, table, base, checkpoint.bigram_mode, config.max_len
+        )
     model = training.build_model(config, impl)
     data = training.put_data(ids, mask, np.zeros(len(texts), np.int32))
     window = checkpoint.meta.get("settings", {}).get("crop_len")  # as in training

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from m2l_nlp import devices
+from m2l_nlp import bigrams, devices
 from m2l_nlp.config import ClassifierConfig
 from m2l_nlp.fileio import write_json_atomic
 
@@ -33,6 +33,13 @@ class Preset:
     val_size: int  # held out from the training split for per-epoch validation
     embed_scale: float = 1.0  # initial token embeddings times this
     bigram_tokens: int = 0  # > 0: that many frequent token pairs as extra tokens (m2l_nlp.bigrams)
+    bigram_mode: str = "merge"  # "merge": a pair replaces its first token; "interleave": follows it
+
+    def __post_init__(self) -> None:
+        if self.bigram_mode not in bigrams.MODES:
+            raise ValueError(
+                f"bigram_mode must be one of {bigrams.MODES}, not {self.bigram_mode!r}"
+            )
 
 
 PRESETS: dict[str, Preset] = {
@@ -238,6 +245,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         cache_dir=args.cache_dir,
         progress=progress,
         bigram_tokens=preset.bigram_tokens,
+        bigram_mode=preset.bigram_mode,
     )
     n_train = len(data.train_labels)
     if args.val_size is None:
@@ -260,7 +268,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     keep = n_train - val_size
     print(
         f"data: {keep} train / {val_size} validation / {len(data.test_labels)} test reviews, "
-        f"vocab {data.vocab_size}{_bigram_note(data.bigram_table)}, up to {data.seq_len} tokens "
+        f"vocab {data.vocab_size}{_bigram_note(data)}, up to {data.seq_len} tokens "
         f"({time.perf_counter() - start:.0f}s)"
     )
     config = ClassifierConfig(vocab_size=data.vocab_size, max_len=data.seq_len, **preset.model)
@@ -324,6 +332,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         data.tokenizer,
         meta,
         bigram_table=data.bigram_table,
+        bigram_mode=data.bigram_mode,
     )
     write_json_atomic(out / "metrics.json", dict(metrics, history=result.history))
     _save_plots(out, result.history, np.asarray(test.confusion))
@@ -351,8 +360,10 @@ def _finish_validation_run(args: argparse.Namespace, out: Path, result: Any, sta
     return 0
 
 
-def _bigram_note(table: Any) -> str:
-    return "" if table is None else f" (of which {len(table)} bigram tokens)"
+def _bigram_note(data: Any) -> str:
+    if data.bigram_table is None:
+        return ""
+    return f" (of which {len(data.bigram_table)} bigram tokens, {data.bigram_mode}d)"
 
 
 def _save_plots(out: Path, history: dict, confusion: Any = None) -> None:

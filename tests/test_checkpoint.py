@@ -165,3 +165,48 @@ def test_a_bigram_checkpoint_round_trips_and_predicts_like_the_model(tmp_path, t
     path = ck.save_checkpoint(tmp_path / "bad", small_params, small, tokenizer, bigram_table=table)
     with pytest.raises(ck.CheckpointError, match="bigram table 10 pairs"):
         ck.load_checkpoint(path)
+
+
+def test_an_interleaved_bigram_checkpoint_predicts_on_interleaved_ids(tmp_path, tokenizer):
+    from m2l_nlp import bigrams
+    from m2l_nlp.tokenization import batch_encode
+
+    base = tokenizer.get_vocab_size()
+    ids, mask = batch_encode(tokenizer, TEXTS, seq_len=16)
+    table = bigrams.fit_bigram_table(ids, mask, size=10, base=base)
+    config = ClassifierConfig(
+        vocab_size=bigrams.vocab_size_with_bigrams(base, table),
+        num_layers=1,
+        num_heads=2,
+        d_model=8,
+        d_ff=16,
+        max_len=32,
+    )
+    model = training.build_model(config)
+    params = jax.device_get(training.init_params(model, jax.random.PRNGKey(2), config))
+    path = ck.save_checkpoint(
+        tmp_path / "ckpt", params, config, tokenizer, bigram_table=table, bigram_mode="interleave"
+    )
+    loaded = ck.load_checkpoint(path, expected_config=config)
+    assert loaded.bigram_mode == "interleave"
+    assert (
+        ck.load_checkpoint(
+            ck.save_checkpoint(tmp_path / "m", params, config, tokenizer, bigram_table=table)
+        ).bigram_mode
+        == "merge"
+    )
+
+    texts = ["", "great " * 500, TEXTS[0], TEXTS[1]]
+    probs = ck.predict(texts, loaded)
+    ids, mask = batch_encode(tokenizer, texts, seq_len=32)
+    inter, inter_mask = bigrams.interleave_bigram_tokens(ids, mask, table, base, seq_len=32)
+    assert (inter >= base).any() and inter_mask[1].sum() == 32
+    logits = np.asarray(model.apply(params, None, inter, inter_mask, False))
+    np.testing.assert_allclose(probs, 1 / (1 + np.exp(-logits)), rtol=1e-4, atol=1e-6)
+    merged = bigrams.merge_bigram_tokens(ids, mask, table, base)
+    other = np.asarray(model.apply(params, None, merged, mask, False))
+    assert not np.allclose(logits, other)  # the mode matters: merging reads something else
+
+    (path / bigrams.MODE_FILE).write_text("sideways\n")
+    with pytest.raises(ck.CheckpointError, match="unknown bigram mode"):
+        ck.load_checkpoint(path)
