@@ -38,17 +38,22 @@ def _reference(row: list[int], table: np.ndarray, base: int) -> list[int]:
     ]
 
 
+def _random_reviews(seed: int, base: int, lengths: tuple[int, ...], pairs: int):
+    """Random reviews of the given lengths (as lists, and padded), and their pair table."""
+    rng = np.random.default_rng(seed)
+    rows = [[int(t) for t in rng.integers(1, base, size=n)] for n in lengths]
+    ids, mask = _padded(rows, width=max(lengths))
+    return rows, ids, mask, bigrams.fit_bigram_table(ids, mask, size=pairs, base=base)
+
+
 def test_merging_matches_a_per_review_reference():
-    rng = np.random.default_rng(0)
     base = 12
-    rows = [list(rng.integers(1, base, size=n)) for n in (0, 1, 2, 9, 16, 16, 5)]
-    ids, mask = _padded(rows, width=16)
-    table = bigrams.fit_bigram_table(ids, mask, size=15, base=base)
+    rows, ids, mask, table = _random_reviews(0, base, (0, 1, 2, 9, 16, 16, 5), pairs=15)
     out = bigrams.merge_bigram_tokens(ids, mask, table, base)
     assert out.shape == ids.shape and out.dtype == np.int32
     for i, row in enumerate(rows):
         n = len(row)
-        assert out[i, :n].tolist() == _reference([int(t) for t in row], table, base)
+        assert out[i, :n].tolist() == _reference(row, table, base)
         assert not out[i, n:].any()  # padding stays padding
     real = out[mask == 1]
     assert (real >= base).any() and (real < base).any()  # pairs and plain tokens both occur
@@ -103,13 +108,10 @@ def _interleaved_reference(row: list[int], table: np.ndarray, base: int) -> list
 
 
 def test_interleaving_matches_a_per_review_reference():
-    rng = np.random.default_rng(1)
     base = 9
-    rows = [list(rng.integers(1, base, size=n)) for n in (0, 1, 2, 7, 12, 12, 4)]
-    ids, mask = _padded(rows, width=12)
-    table = bigrams.fit_bigram_table(ids, mask, size=12, base=base)
+    rows, ids, mask, table = _random_reviews(1, base, (0, 1, 2, 7, 12, 12, 4), pairs=12)
     out, out_mask = bigrams.interleave_bigram_tokens(ids, mask, table, base)
-    expected = [_interleaved_reference([int(t) for t in row], table, base) for row in rows]
+    expected = [_interleaved_reference(row, table, base) for row in rows]
     assert out.shape == out_mask.shape == (len(rows), max(map(len, expected)))
     assert out.dtype == out_mask.dtype == np.int32
     for i, want in enumerate(expected):

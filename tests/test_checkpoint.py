@@ -127,7 +127,8 @@ def test_predict_reads_long_reviews_in_training_windows(tmp_path, params, config
     assert prob == pytest.approx(1 / (1 + np.exp(-np.mean(logits))), rel=1e-4)
 
 
-def test_a_bigram_checkpoint_round_trips_and_predicts_like_the_model(tmp_path, tokenizer):
+def _bigram_model(tokenizer, seed: int):
+    """A pair table fitted on TEXTS, and a tiny model (config, apply, params) with room for it."""
     from m2l_nlp import bigrams
     from m2l_nlp.tokenization import batch_encode
 
@@ -143,7 +144,15 @@ def test_a_bigram_checkpoint_round_trips_and_predicts_like_the_model(tmp_path, t
         max_len=32,
     )
     model = training.build_model(config)
-    params = jax.device_get(training.init_params(model, jax.random.PRNGKey(1), config))
+    params = jax.device_get(training.init_params(model, jax.random.PRNGKey(seed), config))
+    return base, table, config, model, params
+
+
+def test_a_bigram_checkpoint_round_trips_and_predicts_like_the_model(tmp_path, tokenizer):
+    from m2l_nlp import bigrams
+    from m2l_nlp.tokenization import batch_encode
+
+    base, table, config, model, params = _bigram_model(tokenizer, seed=1)
     path = ck.save_checkpoint(tmp_path / "ckpt", params, config, tokenizer, bigram_table=table)
     loaded = ck.load_checkpoint(path, expected_config=config)
     np.testing.assert_array_equal(loaded.bigram_table, table)
@@ -171,19 +180,7 @@ def test_an_interleaved_bigram_checkpoint_predicts_on_interleaved_ids(tmp_path, 
     from m2l_nlp import bigrams
     from m2l_nlp.tokenization import batch_encode
 
-    base = tokenizer.get_vocab_size()
-    ids, mask = batch_encode(tokenizer, TEXTS, seq_len=16)
-    table = bigrams.fit_bigram_table(ids, mask, size=10, base=base)
-    config = ClassifierConfig(
-        vocab_size=bigrams.vocab_size_with_bigrams(base, table),
-        num_layers=1,
-        num_heads=2,
-        d_model=8,
-        d_ff=16,
-        max_len=32,
-    )
-    model = training.build_model(config)
-    params = jax.device_get(training.init_params(model, jax.random.PRNGKey(2), config))
+    base, table, config, model, params = _bigram_model(tokenizer, seed=2)
     path = ck.save_checkpoint(
         tmp_path / "ckpt", params, config, tokenizer, bigram_table=table, bigram_mode="interleave"
     )
