@@ -6,6 +6,10 @@
 Each model uses its recipe from ``m2l_nlp.baselines.RECIPES`` (the same as
 ``m2l-nlp train --model <name>``); the epoch is selected on a validation split of the training
 reviews (10 %), and the test set is evaluated once per model, with that epoch's params.
+
+With ``--bigram-tokens 50000`` the reviews are encoded as the default transformer recipe reads
+them (pair tokens, ``m2l_nlp.bigrams``; ``--bigram-mode interleave`` for the other layout), so
+``--models bow-mlp --tfidf`` trains a bag-of-tokens model on the transformer's own input.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import os
 import time
 
 from m2l_nlp.baselines import MODELS, RECIPES, SEQ_LEN, VOCAB_SIZE, train_baseline
+from m2l_nlp.bigrams import MODES
 from m2l_nlp.data import prepare_imdb
 
 
@@ -26,17 +31,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
     parser.add_argument("--epochs", type=int, default=None, help="override the recipes' epochs")
     parser.add_argument("--num-buckets", type=int, default=None, help="override (bigram-mlp)")
+    parser.add_argument("--tfidf", action="store_true", help="TF-IDF weights for bow-mlp too")
+    parser.add_argument(
+        "--bigram-tokens", type=int, default=0, help="encode with this many pair tokens"
+    )
+    parser.add_argument("--bigram-mode", default="merge", choices=MODES)
     parser.add_argument("--json", default=None, help="write the results to this JSON file")
     args = parser.parse_args(argv)
 
     start = time.perf_counter()
-    data = prepare_imdb(args.source, vocab_size=VOCAB_SIZE, seq_len=SEQ_LEN, progress=False)
+    data = prepare_imdb(
+        args.source,
+        vocab_size=VOCAB_SIZE,
+        seq_len=SEQ_LEN,
+        progress=False,
+        bigram_tokens=args.bigram_tokens,
+        bigram_mode=args.bigram_mode,
+    )
     print(f"data: {data} ({time.perf_counter() - start:.1f} s)", flush=True)
     rows = []
     for model in args.models:
         config, settings = RECIPES[model]
         if args.num_buckets is not None:
             config = dataclasses.replace(config, num_buckets=args.num_buckets)
+        if args.tfidf and config.model != "lstm":
+            config = dataclasses.replace(config, use_tfidf=True)
         if args.epochs is not None:
             settings = dict(settings, epochs=args.epochs)
         cpu = os.times()
