@@ -31,6 +31,13 @@ MODE_FILE = "bigram_mode.txt"  # beside the table; absent: "merge"
 MODES = ("merge", "interleave")
 
 
+def check_mode(mode: str) -> str:
+    """``mode`` if it is one of :data:`MODES`, else a ``ValueError`` that lists them."""
+    if mode not in MODES:
+        raise ValueError(f"bigram_mode must be one of {MODES}, not {mode!r}")
+    return mode
+
+
 def _codes(ids: np.ndarray, base: int) -> np.ndarray:
     """Pair codes ``first * base + second`` of neighbouring tokens: int64 ``(N, S - 1)``."""
     ids = np.asarray(ids, dtype=np.int64)
@@ -131,17 +138,14 @@ def apply_bigram_tokens(
 
     ``"merge"`` keeps the shape ``(N, S)``; ``"interleave"`` returns ``(N, seq_len)``.
     """
-    if mode == "merge":
-        return merge_bigram_tokens(ids, mask, table, base), np.asarray(mask, np.int32)
-    if mode == "interleave":
+    if check_mode(mode) == "interleave":
         return interleave_bigram_tokens(ids, mask, table, base, seq_len)
-    raise ValueError(f"bigram mode must be one of {MODES}, not {mode!r}")
+    return merge_bigram_tokens(ids, mask, table, base), np.asarray(mask, np.int32)
 
 
 def save_table(folder: Path, table: np.ndarray, mode: str) -> None:
     """Write ``table`` (and ``mode`` unless it is ``"merge"``) into ``folder``."""
-    if mode not in MODES:
-        raise ValueError(f"bigram mode must be one of {MODES}, not {mode!r}")
+    check_mode(mode)
     np.save(Path(folder) / TABLE_FILE, np.asarray(table, np.int32))
     if mode != "merge":
         (Path(folder) / MODE_FILE).write_text(mode + "\n")

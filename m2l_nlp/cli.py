@@ -36,10 +36,7 @@ class Preset:
     bigram_mode: str = "merge"  # "merge": a pair replaces its first token; "interleave": follows it
 
     def __post_init__(self) -> None:
-        if self.bigram_mode not in bigrams.MODES:
-            raise ValueError(
-                f"bigram_mode must be one of {bigrams.MODES}, not {self.bigram_mode!r}"
-            )
+        bigrams.check_mode(self.bigram_mode)
 
 
 PRESETS: dict[str, Preset] = {

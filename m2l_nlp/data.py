@@ -550,8 +550,7 @@ def prepare_imdb(
     made of the data's fingerprint and the settings; a second call with the same data and
     settings reads the cache (``from_cache`` is then True) and trains nothing.
     """
-    if bigram_mode not in bigrams.MODES:
-        raise ValueError(f"bigram_mode must be one of {bigrams.MODES}, not {bigram_mode!r}")
+    bigrams.check_mode(bigram_mode)
     path = resolve_source(source, progress=progress)
     data_key = _checked_fingerprint(path)
     settings = {
