@@ -6,9 +6,10 @@ then reads the loss back to the host. Ours keeps the data on the device, groups 
 length into a few fixed widths, runs each batch as cache-sized micro-batches and never syncs
 with the host inside an epoch.
 
-The last line bounds what any loop can gain on this model: reviews cut at 600 tokens cost
-the same in both loops, so timing ours on those reviews alone gives the ratio we would
-reach if every shorter review were free.
+The line after them bounds what any loop can gain on this model: reviews cut at 600 tokens
+cost the same in both loops, so timing ours on those reviews alone gives the ratio we would
+reach if every shorter review were free. ``--per-width`` then times one step of each length
+bucket and prints where an epoch of our loop spends its time.
 
 Model (both): the seed's, d_model 32, 2 layers, 8 heads, d_ff 32, sequences of 600
 tokens, batch 8. Compilation is excluded from both timings (a warm-up pass first).
@@ -26,6 +27,7 @@ import time
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
@@ -93,6 +95,43 @@ def ours(model, params, ids, mask, labels, batch_size, repeats):
     return [len(labels) / t for t in times]
 
 
+def per_width(model, params, ids, mask, labels, batch_size, repeats, steps=10):
+    """Per length bucket: reviews, micro-batches, ms per review of one step, share of an epoch."""
+    lengths = mask.sum(1)
+    widths = training.bucket_widths(ids.shape[1])
+    bucket = np.array([training.width_for(int(n), widths) for n in lengths])
+    settings = training.TrainSettings(batch_size=batch_size, learning_rate=1e-3)
+    optimizer = training.make_optimizer(settings, 1000)
+    state = training.init_state(jax.tree_util.tree_map(jnp.array, params), optimizer)
+    cells = training.resolve_micro_batch_cells(settings.micro_batch_cells)
+    key = jax.random.PRNGKey(0)
+    rows = []
+    for w in (int(w) for w in np.unique(bucket)):
+        pick = np.resize(np.flatnonzero(bucket == w), batch_size)  # repeats if too few
+        batch = [jnp.asarray(a[pick, :w]) for a in (ids, mask)] + [jnp.asarray(labels[pick])]
+        micro = training.micro_batches(batch_size, w, 1, cells)
+        times = []
+        for r in range(repeats + 1):  # the first pass compiles
+            start = time.perf_counter()
+            for _ in range(steps if r else 1):
+                state, loss, _hits = training.train_step(
+                    state, key, *batch, model=model, optimizer=optimizer, micro=micro
+                )
+            jax.block_until_ready(loss)
+            if r:
+                times.append((time.perf_counter() - start) / (steps * batch_size))
+        rows.append((w, int((bucket == w).sum()), micro, statistics.median(times)))
+    total = sum(count * seconds for _, count, _, seconds in rows)
+    print(f"per bucket (one step of {batch_size} repeated, median of {repeats} x {steps}):")
+    for w, count, micro, seconds in rows:
+        print(
+            f"  width {w:4d}: {count:5d} reviews ({count / len(lengths):5.1%}), {micro} "
+            f"micro-batches, {seconds * 1e3:7.2f} ms per review, "
+            f"{count * seconds / total:5.1%} of the epoch"
+        )
+    print(f"  sum over buckets: {len(lengths) / total:.1f} examples/s")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=None, help="IMDB source (default: bundled small)")
@@ -101,6 +140,9 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--our-batch-size", type=int, default=None, help="also time ours at B")
+    parser.add_argument(
+        "--per-width", action="store_true", help="also time one step per length bucket"
+    )
     args = parser.parse_args()
 
     data = prepare_imdb(args.data or SMALL_DATA, vocab_size=20000, seq_len=600, progress=False)
@@ -138,6 +180,8 @@ def main() -> None:
             f"alone: {rate:.1f} examples/s, so with every shorter review free the ratio would "
             f"be at most {rate / (cap.mean() * statistics.median(seed)):.1f}x"
         )
+    if args.per_width:
+        per_width(model, params, ids, mask, labels, args.batch_size, args.repeats)
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
 
 
