@@ -42,18 +42,18 @@ class Preset:
 PRESETS: dict[str, Preset] = {
     "default": Preset(
         "the recipe of `make train`: the 50,000 most frequent token pairs as extra tokens, 1 "
-        "layer, d_model 128, mean pooling, dropout 0.5, random 256-token crops, moving average "
-        "of the weights, evaluation averaged over 256-token windows",
+        "layer, d_model 128, mean pooling, dropout 0.5, batches of 128, random 512-token crops, "
+        "moving average of the weights, evaluation averaged over 512-token windows",
         vocab_size=20000,
         seq_len=1024,
         model=dict(num_layers=1, num_heads=4, d_model=128, d_ff=256, p_dropout=0.5, pooling="mean"),
         train=dict(
             epochs=3,
-            batch_size=32,
-            learning_rate=2e-3,
+            batch_size=128,
+            learning_rate=4e-3,
             weight_decay=0.3,
-            crop_len=256,
-            ema_decay=0.998,
+            crop_len=512,
+            ema_decay=0.992,
         ),
         val_size=2500,
         embed_scale=0.1,
@@ -82,8 +82,16 @@ PRESETS: dict[str, Preset] = {
 
 PRESETS["unigram"] = dataclasses.replace(
     PRESETS["default"],
-    description="the default recipe without bigram tokens, 4 epochs (`make train` before them)",
-    train=dict(PRESETS["default"].train, epochs=4),
+    description="no bigram tokens, batches of 32, 256-token crops, 4 epochs (`make train` "
+    "before bigram tokens)",
+    train=dict(
+        PRESETS["default"].train,
+        epochs=4,
+        batch_size=32,
+        learning_rate=2e-3,
+        crop_len=256,
+        ema_decay=0.998,
+    ),
     bigram_tokens=0,
 )
 
