@@ -6,7 +6,7 @@ then reads the loss back to the host. Ours keeps the data on the device, groups 
 length into a few fixed widths, runs each batch as cache-sized micro-batches and never syncs
 with the host inside an epoch.
 
-The line after them bounds what any loop can gain on this model: reviews cut at 600 tokens
+The next line bounds what any loop can gain on this model: reviews cut at 600 tokens
 cost the same in both loops, so timing ours on those reviews alone gives the ratio we would
 reach if every shorter review were free. ``--per-width`` then times one step of each length
 bucket and prints where an epoch of our loop spends its time.
@@ -98,8 +98,7 @@ def ours(model, params, ids, mask, labels, batch_size, repeats):
 def per_width(model, params, ids, mask, labels, batch_size, repeats, steps=10):
     """Per length bucket: reviews, micro-batches, ms per review of one step, share of an epoch."""
     lengths = mask.sum(1)
-    widths = training.bucket_widths(ids.shape[1])
-    bucket = np.array([training.width_for(int(n), widths) for n in lengths])
+    bucket = training.bucket_of(lengths, training.bucket_widths(ids.shape[1]))
     settings = training.TrainSettings(batch_size=batch_size, learning_rate=1e-3)
     optimizer = training.make_optimizer(settings, 1000)
     state = training.init_state(jax.tree_util.tree_map(jnp.array, params), optimizer)

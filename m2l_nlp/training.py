@@ -409,6 +409,11 @@ def width_for(length: int, widths: Sequence[int]) -> int:
     return int(widths[-1])
 
 
+def bucket_of(lengths: np.ndarray, widths: Sequence[int]) -> np.ndarray:
+    """The bucket width of each length, ``(N,)`` int64 (:func:`width_for` per example)."""
+    return np.array([width_for(n, widths) for n in lengths], dtype=np.int64)
+
+
 class BatchPlan(NamedTuple):
     """Batches of one epoch: ``idx``, ``starts``, ``weights`` ``(n_batches, B)`` and widths.
 
@@ -441,7 +446,7 @@ def train_plan(
     widths = bucket_widths(crop_len, widths)
     lengths = np.asarray(lengths)
     cropped = np.minimum(lengths, crop_len)
-    bucket = np.array([width_for(n, widths) for n in cropped], dtype=np.int64)
+    bucket = bucket_of(cropped, widths)
     batches = []
     for w in np.unique(bucket):
         members = rng.permutation(np.flatnonzero(bucket == w))
@@ -465,7 +470,7 @@ def eval_plan(
     """
     widths = bucket_widths(max_width, widths)
     lengths = np.minimum(np.asarray(lengths), max_width)
-    bucket = np.array([width_for(n, widths) for n in lengths], dtype=np.int64)
+    bucket = bucket_of(lengths, widths)
     plans = []
     for w in np.unique(bucket):
         size = min(batch_size, max(1, EVAL_ATTENTION_BUDGET // int(w) ** 2))
