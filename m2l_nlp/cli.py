@@ -34,6 +34,10 @@ class Preset:
     embed_scale: float = 1.0  # initial token embeddings times this
     bigram_tokens: int = 0  # > 0: that many frequent token pairs as extra tokens (m2l_nlp.bigrams)
     bigram_mode: str = "merge"  # "merge": a pair replaces its first token; "interleave": follows it
+    # True: a run that reports test accuracy trains on the whole training split, validation
+    # reviews included, for the preset's epochs (chosen beforehand by --no-test runs, which
+    # still hold out val_size) and keeps the last epoch. --val-size overrides either way.
+    final_fit: bool = False
 
     def __post_init__(self) -> None:
         bigrams.check_mode(self.bigram_mode)
@@ -58,6 +62,7 @@ PRESETS: dict[str, Preset] = {
         val_size=2500,
         embed_scale=0.1,
         bigram_tokens=50000,
+        final_fit=True,
     ),
     "seed": Preset(
         "the tutorial's model: d_model 32, 2 layers, 8 heads, d_ff 32, 600 tokens, mean pool",
@@ -93,6 +98,7 @@ PRESETS["unigram"] = dataclasses.replace(
         ema_decay=0.998,
     ),
     bigram_tokens=0,
+    final_fit=False,  # its README row held out the validation reviews
 )
 
 
@@ -163,7 +169,8 @@ def _parser() -> argparse.ArgumentParser:
         type=_non_negative,
         default=None,
         help="training reviews held out to validate after each epoch and keep the best one "
-        "(default: the preset's; 0 trains on the whole training split)",
+        "(default: the preset's, or 0 for a final fit such as the default preset's test run; "
+        "0 trains on the whole training split)",
     )
     train.add_argument(
         "--set",
@@ -191,6 +198,29 @@ def _parser() -> argparse.ArgumentParser:
     grade = sub.add_parser("grade", help="grade the exercises (arguments go to pytest)")
     grade.add_argument("pytest_args", nargs=argparse.REMAINDER)
     return parser
+
+
+def resolve_val_size(preset: Preset, requested: int | None, no_test: bool, n_train: int) -> int:
+    """Training reviews to hold out for per-epoch validation.
+
+    ``requested`` (``--val-size``) wins when given. Otherwise a ``--no-test`` run holds out
+    the preset's ``val_size`` (at most a fifth of the split), and so does a test run unless
+    the preset is a ``final_fit`` one, which trains on everything. Raises ``ValueError``
+    saying what to do when the request leaves nothing to train on, or nothing to validate on
+    in a ``--no-test`` run.
+    """
+    if requested is None:
+        val_size = 0 if preset.final_fit and not no_test else min(preset.val_size, n_train // 5)
+    elif requested >= n_train:
+        raise ValueError(
+            f"--val-size {requested} leaves nothing to train on: the training split has "
+            f"{n_train} reviews; hold out fewer (or 0)"
+        )
+    else:
+        val_size = requested
+    if no_test and not val_size:
+        raise ValueError("--no-test needs a validation split to report on; drop --val-size 0")
+    return val_size
 
 
 def _non_negative(text: str) -> int:
@@ -253,22 +283,10 @@ def cmd_train(args: argparse.Namespace) -> int:
         bigram_mode=preset.bigram_mode,
     )
     n_train = len(data.train_labels)
-    if args.val_size is None:
-        val_size = min(preset.val_size, n_train // 5)
-    elif args.val_size >= n_train:
-        print(
-            f"error: --val-size {args.val_size} leaves nothing to train on: the training "
-            f"split has {n_train} reviews; hold out fewer (or 0)",
-            file=sys.stderr,
-        )
-        return 2
-    else:
-        val_size = args.val_size
-    if args.no_test and not val_size:
-        print(
-            "error: --no-test needs a validation split to report on; drop --val-size 0",
-            file=sys.stderr,
-        )
+    try:
+        val_size = resolve_val_size(preset, args.val_size, args.no_test, n_train)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
         return 2
     keep = n_train - val_size
     print(
@@ -276,6 +294,11 @@ def cmd_train(args: argparse.Namespace) -> int:
         f"vocab {data.vocab_size}{_bigram_note(data)}, up to {data.seq_len} tokens "
         f"({time.perf_counter() - start:.0f}s)"
     )
+    if preset.final_fit and not val_size:
+        print(
+            f"final fit: the {min(preset.val_size, n_train // 5)} validation reviews are trained "
+            "on too (the recipe was chosen on them); add --no-test to validate a recipe"
+        )
     config = ClassifierConfig(vocab_size=data.vocab_size, max_len=data.seq_len, **preset.model)
     model = training.build_model(config, args.impl)
     params = training.init_params(

@@ -135,6 +135,34 @@ def test_val_size_zero_trains_on_the_whole_split_and_bad_sizes_are_refused(tmp_p
     assert "must be 0 or more" in capsys.readouterr().err
 
 
+def test_final_fit_trains_on_the_validation_reviews_only_when_reporting_test_accuracy():
+    default, unigram = cli.PRESETS["default"], cli.PRESETS["unigram"]
+    assert default.final_fit and not unigram.final_fit
+    assert cli.resolve_val_size(default, None, no_test=False, n_train=25000) == 0
+    assert cli.resolve_val_size(default, None, no_test=True, n_train=25000) == 2500
+    assert cli.resolve_val_size(default, 1000, no_test=False, n_train=25000) == 1000
+    assert cli.resolve_val_size(unigram, None, no_test=False, n_train=25000) == 2500
+    assert cli.resolve_val_size(unigram, None, no_test=False, n_train=1000) == 200
+    with pytest.raises(ValueError, match="leaves nothing to train on"):
+        cli.resolve_val_size(default, 25000, no_test=False, n_train=25000)
+    with pytest.raises(ValueError, match="needs a validation split"):
+        cli.resolve_val_size(default, 0, no_test=True, n_train=25000)
+
+
+def test_final_fit_run_says_so_and_has_no_validation_history(tmp_path, capsys):
+    out = tmp_path / "run"
+    args = ["train", "--data", "small", "--preset", "demo", "--epochs", "1", "--no-progress"]
+    args += ["--cache-dir", str(tmp_path / "cache"), "--out", str(out)]
+    assert cli.main([*args, "--set", "final_fit=true"]) == 0
+    printed = capsys.readouterr().out
+    assert " 0 validation " in printed and "final fit: the 50 validation reviews" in printed
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert set(metrics["history"]) == {"loss", "train_acc"} and metrics["best_epoch"] == 1
+    assert cli.main([*args, "--set", "final_fit=true", "--val-size", "50"]) == 0
+    printed = capsys.readouterr().out
+    assert " 50 validation " in printed and "final fit" not in printed
+
+
 def test_override_preset_changes_only_what_is_named():
     default = cli.PRESETS["default"]
     changed = cli.override_preset(
