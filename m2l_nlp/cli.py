@@ -47,7 +47,8 @@ PRESETS: dict[str, Preset] = {
     "default": Preset(
         "the recipe of `make train`: the 50,000 most frequent token pairs as extra tokens, 1 "
         "layer, d_model 128, mean pooling, dropout 0.5, batches of 128, random 512-token crops, "
-        "moving average of the weights, evaluation averaged over 512-token windows",
+        "moving average of the weights, evaluation averaged over 512-token windows; the test run "
+        "trains on all training reviews (final fit)",
         vocab_size=20000,
         seq_len=1024,
         model=dict(num_layers=1, num_heads=4, d_model=128, d_ff=256, p_dropout=0.5, pooling="mean"),
