@@ -201,6 +201,11 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def preset_val_size(preset: Preset, n_train: int) -> int:
+    """The preset's validation split for a training split of ``n_train``: at most a fifth."""
+    return min(preset.val_size, n_train // 5)
+
+
 def resolve_val_size(preset: Preset, requested: int | None, no_test: bool, n_train: int) -> int:
     """Training reviews to hold out for per-epoch validation.
 
@@ -211,7 +216,7 @@ def resolve_val_size(preset: Preset, requested: int | None, no_test: bool, n_tra
     in a ``--no-test`` run.
     """
     if requested is None:
-        val_size = 0 if preset.final_fit and not no_test else min(preset.val_size, n_train // 5)
+        val_size = 0 if preset.final_fit and not no_test else preset_val_size(preset, n_train)
     elif requested >= n_train:
         raise ValueError(
             f"--val-size {requested} leaves nothing to train on: the training split has "
@@ -297,7 +302,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     )
     if preset.final_fit and not val_size:
         print(
-            f"final fit: the {min(preset.val_size, n_train // 5)} validation reviews are trained "
+            f"final fit: the {preset_val_size(preset, n_train)} validation reviews are trained "
             "on too (the recipe was chosen on them); add --no-test to validate a recipe"
         )
     config = ClassifierConfig(vocab_size=data.vocab_size, max_len=data.seq_len, **preset.model)
