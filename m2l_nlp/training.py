@@ -7,7 +7,8 @@ Speed on a CPU comes from four things:
 
 - **length buckets**: a batch is cut to the smallest width of a small fixed list
   (:data:`DEFAULT_WIDTHS`) that holds its longest review, so padding is hardly computed and
-  only a handful of shapes is ever compiled;
+  only a handful of shapes is ever compiled (on a GPU/TPU, where compiling a shape costs
+  far more than computing its padding, the coarser :data:`ACCELERATOR_WIDTHS`);
 - **data on the device once**: the encoded dataset is copied to the device(s) at the start;
   each epoch uploads only a small plan (which examples go in which batch), and the jitted
   step gathers its batch on the device;
@@ -46,6 +47,9 @@ DEFAULT_WIDTHS = (
     *range(32, 385, 32),
     *(448, 512, 576, 640, 768, 896, 1024, 1536, 2048, 3072, 4096),
 )
+# On a GPU/TPU padding is nearly free and every width is one more compilation of the step
+# (seconds to tens of seconds each), so a few powers of two.
+ACCELERATOR_WIDTHS = (128, 256, 512, 1024, 2048, 4096)
 EVAL_ATTENTION_BUDGET = 2**27  # batch * width**2 per evaluation batch (bounds memory)
 CPU_MICRO_BATCH_CELLS = 2**17  # rows * width**2 per micro-batch and device, on a CPU
 
@@ -395,9 +399,17 @@ def put_data(ids: np.ndarray, mask: np.ndarray, labels: np.ndarray, mesh=None) -
     return devices.put_replicated(host, mesh or devices.make_mesh())
 
 
+def default_widths() -> tuple[int, ...]:
+    """:data:`DEFAULT_WIDTHS` on a CPU, the coarser :data:`ACCELERATOR_WIDTHS` on a GPU/TPU."""
+    return DEFAULT_WIDTHS if devices.accelerator() == "cpu" else ACCELERATOR_WIDTHS
+
+
 def bucket_widths(max_width: int, widths: Sequence[int] | None = None) -> tuple[int, ...]:
-    """The fixed widths used for ``max_width`` (those below it, then ``max_width`` itself)."""
-    widths = DEFAULT_WIDTHS if widths is None else widths
+    """The fixed widths used for ``max_width`` (those below it, then ``max_width`` itself).
+
+    ``widths=None``: :func:`default_widths` for the platform JAX computes on.
+    """
+    widths = default_widths() if widths is None else widths
     return tuple(w for w in sorted(widths) if w < max_width) + (int(max_width),)
 
 

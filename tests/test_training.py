@@ -216,6 +216,16 @@ def test_train_plan_covers_every_example_once_and_reshuffles():
     assert not np.array_equal(plans[0].idx, plans[2].idx)  # another seed reshuffles
 
 
+def test_bucket_widths_are_coarse_on_an_accelerator(monkeypatch):
+    monkeypatch.setattr(training.devices, "accelerator", lambda: "cpu")
+    assert training.bucket_widths(600) == (*training.DEFAULT_WIDTHS[:15], 600)
+    monkeypatch.setattr(training.devices, "accelerator", lambda: "gpu")
+    assert training.bucket_widths(600) == (128, 256, 512, 600)
+    lengths = np.random.default_rng(0).integers(0, 700, 203)
+    plan = training.train_plan(lengths, 16, 600, np.random.default_rng(0))
+    assert set(plan.widths) == {128, 256, 512, 600}
+
+
 def test_eval_plan_shapes_are_few_and_memory_bounded():
     lengths = np.random.default_rng(0).integers(0, 4000, 500)
     plans = training.eval_plan(lengths, 128, 4000, n_devices=8)
