@@ -443,7 +443,10 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``m2l-nlp``; returns the exit code."""
-    devices.configure_environment()  # before JAX starts its backend
+    from m2l_nlp.data import default_cache_dir
+
+    # before JAX is imported; compiled programs are kept beside the data cache
+    devices.configure_environment(compilation_cache=default_cache_dir() / "jax")
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["grade"]:  # everything after "grade" belongs to pytest, options included
         return cmd_grade(argparse.Namespace(pytest_args=argv[1:]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 
 import pytest
@@ -41,6 +42,15 @@ def test_bad_arguments_exit_with_usage(capsys):
     assert "invalid choice" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main([])
+
+
+def test_cli_keeps_compiled_programs_beside_the_data_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("M2L_NLP_CACHE", str(tmp_path))
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "")  # undone after the test
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR")
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "jax")
 
 
 def test_predict_without_checkpoint_says_what_to_do(tmp_path, capsys):

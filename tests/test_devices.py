@@ -24,6 +24,39 @@ def test_configure_environment_keeps_a_user_choice(monkeypatch):
     assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
 
 
+def test_configure_environment_sets_the_compilation_cache_unless_the_user_did(
+    monkeypatch, tmp_path
+):
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/somewhere/else")
+    devices.configure_environment(compilation_cache=tmp_path)
+    assert os.environ["JAX_COMPILATION_CACHE_DIR"] == "/somewhere/else"
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR")
+    devices.configure_environment()  # no cache asked for: nothing set
+    assert "JAX_COMPILATION_CACHE_DIR" not in os.environ
+    devices.configure_environment(compilation_cache=tmp_path)
+    assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path)
+
+
+def test_compilation_cache_set_before_jax_starts_keeps_compiled_programs(tmp_path):
+    """In a fresh interpreter (JAX not imported yet), as in the CLI: programs land on disk."""
+    script = textwrap.dedent(
+        f"""
+        from m2l_nlp import devices
+        devices.configure_environment(compilation_cache={str(tmp_path / "jax")!r})
+        import jax
+        jax.jit(lambda x: x * 2 + 1)(1.0).block_until_ready()
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    env["JAX_PLATFORMS"] = "cpu"
+    env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # cache even a tiny program
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert any((tmp_path / "jax").iterdir())
+
+
 def test_mesh_is_one_auto_data_axis_over_local_devices():
     mesh = devices.make_mesh()
     assert mesh.axis_names == (devices.DATA_AXIS,)
