@@ -443,7 +443,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``m2l-nlp``; returns the exit code."""
-    from m2l_nlp.data import default_cache_dir
+    from m2l_nlp.data import DataError, default_cache_dir
 
     # before JAX is imported; compiled programs are kept beside the data cache
     devices.configure_environment(compilation_cache=default_cache_dir() / "jax")
@@ -456,6 +456,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_train(args)
         if args.command == "predict":
             return cmd_predict(args)
+    except DataError as error:  # no network, a missing or damaged archive: say what to do
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     except NotImplementedError as error:
         if getattr(args, "impl", None) != "exercises":
             raise

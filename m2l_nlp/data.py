@@ -74,6 +74,10 @@ class DatasetLayoutError(DataError):
     """The folder or archive is not in the aclImdb layout."""
 
 
+class MissingSourceError(DataError, FileNotFoundError):
+    """The local IMDB source named does not exist."""
+
+
 # --------------------------------------------------------------------------- locations
 
 
@@ -163,7 +167,7 @@ def resolve_source(source: str | os.PathLike | None = None, *, progress: bool = 
         return download_imdb(text, sha256=sha, progress=progress)
     path = Path(text).expanduser()
     if not path.exists():
-        raise FileNotFoundError(
+        raise MissingSourceError(
             f"IMDB source {path}{origin} does not exist: give an aclImdb_v1.tar.gz, an extracted "
             f"aclImdb/ folder, or leave it unset to download {IMDB_URL}"
         )

@@ -53,6 +53,15 @@ def test_cli_keeps_compiled_programs_beside_the_data_cache(monkeypatch, tmp_path
     assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "jax")
 
 
+def test_unusable_data_is_an_error_message_not_a_traceback(tmp_path, capsys):
+    assert cli.main(["train", "--data", str(tmp_path / "missing.tar.gz")]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "bad.tar.gz").write_bytes(b"not an archive")
+    args = ["train", "--data", str(tmp_path / "bad.tar.gz"), "--cache-dir", str(tmp_path)]
+    assert cli.main(args) == 2
+    assert "corrupt" in capsys.readouterr().err
+
+
 def test_predict_without_checkpoint_says_what_to_do(tmp_path, capsys):
     assert cli.main(["predict", "great film", "--checkpoint", str(tmp_path / "none")]) == 2
     assert "m2l-nlp train" in capsys.readouterr().err
