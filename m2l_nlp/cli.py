@@ -271,6 +271,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     except (TypeError, ValueError) as error:
         print(f"error: preset {args.preset} with {args.set}: {error}", file=sys.stderr)
         return 2
+    try:  # what can be checked before the data load (which takes minutes on the full IMDB)
+        resolve_val_size(preset, args.val_size, args.no_test, n_train=sys.maxsize)
+    except ValueError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     out = Path(args.out or Path("runs") / args.preset)
     progress = not args.no_progress
     print(f"devices: {devices.describe_devices()}")

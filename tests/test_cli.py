@@ -152,6 +152,10 @@ def test_val_size_zero_trains_on_the_whole_split_and_bad_sizes_are_refused(tmp_p
     with pytest.raises(SystemExit):
         cli.main([*common, "--val-size", "-5"])
     assert "must be 0 or more" in capsys.readouterr().err
+    # refused before the data load: a missing archive is not even looked at
+    missing = ["train", "--data", str(tmp_path / "missing.tar.gz"), "--no-test"]
+    assert cli.main([*missing, "--val-size", "0"]) == 2
+    assert "--no-test needs a validation split" in capsys.readouterr().err
 
 
 def test_final_fit_trains_on_the_validation_reviews_only_when_reporting_test_accuracy():
