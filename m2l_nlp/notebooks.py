@@ -103,6 +103,13 @@ except ImportError as err:
         "repository root (or open this notebook in Colab)"
     ) from err
 
+# Keep the programs JAX compiles on disk (data/cache/jax), so that training again compiles
+# nothing; like the memory setting, this must come before the first `import jax`.
+from m2l_nlp import devices as m2l_devices  # noqa: E402
+from m2l_nlp.data import default_cache_dir  # noqa: E402
+
+m2l_devices.configure_environment(compilation_cache=default_cache_dir() / "jax")
+
 import jax  # noqa: E402
 
 devices = jax.devices()

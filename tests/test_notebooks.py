@@ -14,6 +14,7 @@ import nbformat
 import pytest
 
 from m2l_nlp import notebooks
+from m2l_nlp.data import default_cache_dir
 from m2l_nlp.impl import repo_root
 
 ROOT = repo_root()
@@ -171,12 +172,14 @@ def fake_run(cmd, check=False, **kwargs):
 
 subprocess.run = fake_run
 os.environ.pop("XLA_PYTHON_CLIENT_PREALLOCATE", None)
+os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
 source = sys.stdin.read()
 exec(compile(source, "<setup cell>", "exec"), {"__name__": "__main__"})
 exec(compile(source, "<setup cell>", "exec"), {"__name__": "__main__"})  # run twice
 print(json.dumps({
     "calls": calls,
     "prealloc": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
+    "compile_cache": os.environ.get("JAX_COMPILATION_CACHE_DIR"),
     "m2l_root": os.environ.get("M2L_ROOT"),
     "path0": sys.path[0],
 }))
@@ -202,6 +205,7 @@ def test_setup_cell_locally_installs_nothing(tmp_path: Path):
     state, printed = run_setup(tmp_path, "local")
     assert state["calls"] == []
     assert state["prealloc"] == "false"
+    assert state["compile_cache"] == str(default_cache_dir() / "jax")
     assert state["m2l_root"] is None
     assert "JAX " in printed and "CPU device(s)" in printed
 
@@ -222,6 +226,7 @@ def test_setup_cell_in_colab_clones_once_and_pins_jax(tmp_path: Path):
     for package in ("jax", "jaxlib", "numpy"):
         assert f"{package}=={version(package)}" in constraints
     assert state["prealloc"] == "false"
+    assert state["compile_cache"] == str(default_cache_dir() / "jax")
     assert state["m2l_root"] == clone_dir and state["path0"] == clone_dir
     assert "device(s)" in printed
 
