@@ -448,10 +448,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``m2l-nlp``; returns the exit code."""
-    from m2l_nlp.data import DataError, default_cache_dir
+    from m2l_nlp.data import DataError, compilation_cache_dir
 
-    # before JAX is imported; compiled programs are kept beside the data cache
-    devices.configure_environment(compilation_cache=default_cache_dir() / "jax")
+    devices.configure_environment(compilation_cache=compilation_cache_dir())  # before JAX
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["grade"]:  # everything after "grade" belongs to pytest, options included
         return cmd_grade(argparse.Namespace(pytest_args=argv[1:]))

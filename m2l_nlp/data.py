@@ -87,6 +87,11 @@ def default_cache_dir() -> Path:
     return Path(env) if env else DATA_DIR / "cache"
 
 
+def compilation_cache_dir() -> Path:
+    """Where entry points keep the programs XLA compiles: ``jax/`` in the data cache."""
+    return default_cache_dir() / "jax"
+
+
 def download_imdb(
     url: str = IMDB_URL,
     dest_dir: str | os.PathLike | None = None,

@@ -66,11 +66,8 @@ import tempfile
 REPO_URL = "{repo_url}"
 CLONE_DIR = "{clone_dir}"
 
-# JAX grabs most of the GPU memory when it starts unless told not to; this must be set
-# before the first `import jax`.
 if "jax" in sys.modules:
     print("jax was imported before this cell: restart the runtime to change its memory use")
-os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 if "google.colab" in sys.modules:
     if not os.path.isdir(os.path.join(CLONE_DIR, ".git")):
@@ -103,12 +100,12 @@ except ImportError as err:
         "repository root (or open this notebook in Colab)"
     ) from err
 
-# Keep the programs JAX compiles on disk (data/cache/jax), so that training again compiles
-# nothing; like the memory setting, this must come before the first `import jax`.
+# Before the first `import jax`: GPU memory on demand (JAX grabs most of it at start-up
+# otherwise), and compiled programs kept on disk so that training again compiles nothing.
 from m2l_nlp import devices as m2l_devices  # noqa: E402
-from m2l_nlp.data import default_cache_dir  # noqa: E402
+from m2l_nlp.data import compilation_cache_dir  # noqa: E402
 
-m2l_devices.configure_environment(compilation_cache=default_cache_dir() / "jax")
+m2l_devices.configure_environment(compilation_cache=compilation_cache_dir())
 
 import jax  # noqa: E402
 

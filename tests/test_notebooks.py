@@ -14,7 +14,7 @@ import nbformat
 import pytest
 
 from m2l_nlp import notebooks
-from m2l_nlp.data import default_cache_dir
+from m2l_nlp.data import compilation_cache_dir
 from m2l_nlp.impl import repo_root
 
 ROOT = repo_root()
@@ -205,7 +205,7 @@ def test_setup_cell_locally_installs_nothing(tmp_path: Path):
     state, printed = run_setup(tmp_path, "local")
     assert state["calls"] == []
     assert state["prealloc"] == "false"
-    assert state["compile_cache"] == str(default_cache_dir() / "jax")
+    assert state["compile_cache"] == str(compilation_cache_dir())
     assert state["m2l_root"] is None
     assert "JAX " in printed and "CPU device(s)" in printed
 
@@ -226,7 +226,7 @@ def test_setup_cell_in_colab_clones_once_and_pins_jax(tmp_path: Path):
     for package in ("jax", "jaxlib", "numpy"):
         assert f"{package}=={version(package)}" in constraints
     assert state["prealloc"] == "false"
-    assert state["compile_cache"] == str(default_cache_dir() / "jax")
+    assert state["compile_cache"] == str(compilation_cache_dir())
     assert state["m2l_root"] == clone_dir and state["path0"] == clone_dir
     assert "device(s)" in printed
 
