@@ -167,6 +167,25 @@ def check_masked_keys_get_zero_weight(ctx):
         expect_rows_sum_to_one(w, f"the attention weights (with a {label} mask)")
 
 
+@sdp.check
+def check_large_scores_stay_finite(ctx):
+    """Scores in the thousands give finite weights and values (no overflow in exp)."""
+    rng = ctx.rng()
+    q, k, v = 30 * normal(rng, 2, 4, 8), 30 * normal(rng, 2, 6, 8), normal(rng, 2, 6, 5)
+    want = ctx.ref.scaled_dot_product(q, k, v)
+    got = _expect_tuple(ctx.student.scaled_dot_product(q, k, v), 2, "scaled_dot_product")
+    hint = (
+        "exp of a score above about 88 overflows float32 to inf, and inf / inf is NaN. "
+        "jax.nn.softmax avoids this; if you wrote the softmax yourself, subtract each row's "
+        "maximum score before exp (the softmax does not change)."
+    )
+    for i, name in ((1, "the attention weights"), (0, "the values")):
+        array = expect_array(got[i], f"{name} for large scores", finite=False)
+        if not np.isfinite(array).all():
+            fail(f"{name} contain NaN or inf when the scores are large: {hint}")
+        expect_close(array, want[i], f"{name} for large scores")
+
+
 # --------------------------------------------------------------------------------------------
 # 2. masked_embedding
 
