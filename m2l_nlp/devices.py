@@ -15,21 +15,39 @@ from collections.abc import Sequence
 from typing import Any
 
 DATA_AXIS = "data"
+COMPILATION_CACHE_MAX_BYTES = 1 << 30  # beyond 1 GiB, the least recently used programs go
 
 
-def configure_environment(compilation_cache: str | os.PathLike | None = None) -> None:
+def configure_environment(
+    compilation_cache: str | os.PathLike | None = None,
+    compilation_cache_max_bytes: int = COMPILATION_CACHE_MAX_BYTES,
+) -> None:
     """Set XLA environment defaults; effective only if JAX has not been imported yet.
 
     ``XLA_PYTHON_CLIENT_PREALLOCATE=false``: allocate GPU memory on demand instead of 75%
     of it at start-up (Colab shares the GPU with the notebook's other work).
     ``JAX_COMPILATION_CACHE_DIR=compilation_cache`` (if given): keep compiled programs on
-    disk, so that a second run skips compiling (on a GPU most of a short run's time). A value
-    the user already set wins, for both; an empty ``JAX_COMPILATION_CACHE_DIR`` turns the
-    cache off.
+    disk, so that a second run skips compiling (on a GPU most of a short run's time), and
+    ``JAX_COMPILATION_CACHE_MAX_SIZE=compilation_cache_max_bytes``, so that the cache does
+    not grow without end (JAX then drops the least recently used programs; it needs the
+    ``filelock`` package for that, and without it the cache stays unbounded). A value the
+    user already set wins, for each; an empty ``JAX_COMPILATION_CACHE_DIR`` turns the cache
+    off.
     """
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     if compilation_cache is not None:
         os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.fspath(compilation_cache))
+        if _has_filelock():
+            os.environ.setdefault(
+                "JAX_COMPILATION_CACHE_MAX_SIZE", str(int(compilation_cache_max_bytes))
+            )
+
+
+def _has_filelock() -> bool:
+    """Whether JAX can bound its compilation cache (its eviction locks the directory)."""
+    import importlib.util
+
+    return importlib.util.find_spec("filelock") is not None
 
 
 def accelerator() -> str:

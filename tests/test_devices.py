@@ -28,33 +28,46 @@ def test_configure_environment_sets_the_compilation_cache_unless_the_user_did(
     monkeypatch, tmp_path
 ):
     monkeypatch.setenv("JAX_COMPILATION_CACHE_DIR", "/somewhere/else")
+    monkeypatch.setenv("JAX_COMPILATION_CACHE_MAX_SIZE", "123")
     devices.configure_environment(compilation_cache=tmp_path)
     assert os.environ["JAX_COMPILATION_CACHE_DIR"] == "/somewhere/else"
+    assert os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] == "123"
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR")
     devices.configure_environment()  # no cache asked for: nothing set
     assert "JAX_COMPILATION_CACHE_DIR" not in os.environ
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_MAX_SIZE", raising=False)
     devices.configure_environment(compilation_cache=tmp_path)
     assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path)
+    assert os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] == str(devices.COMPILATION_CACHE_MAX_BYTES)
 
 
-def test_compilation_cache_set_before_jax_starts_keeps_compiled_programs(tmp_path):
-    """In a fresh interpreter (JAX not imported yet), as in the CLI: programs land on disk."""
+def test_compilation_cache_set_before_jax_starts_keeps_compiled_programs_within_its_bound(
+    tmp_path,
+):
+    """In a fresh interpreter (JAX not imported yet), as in the CLI: programs land on disk,
+    and the least recently used go once the cache passes its bound (here 10 kB, about four
+    tiny programs: the script compiles twenty, about 50 kB)."""
     script = textwrap.dedent(
         f"""
         from m2l_nlp import devices
-        devices.configure_environment(compilation_cache={str(tmp_path / "jax")!r})
-        import jax
-        jax.jit(lambda x: x * 2 + 1)(1.0).block_until_ready()
+        devices.configure_environment(
+            compilation_cache={str(tmp_path / "jax")!r}, compilation_cache_max_bytes=10_000
+        )
+        import jax, jax.numpy as jnp
+        for n in range(1, 21):
+            jax.jit(lambda x: jnp.sin(x) * 2 + n)(jnp.ones(n)).block_until_ready()
         """
     )
-    env = {k: v for k, v in os.environ.items() if k != "JAX_COMPILATION_CACHE_DIR"}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_COMPILATION_CACHE_")}
     env["JAX_PLATFORMS"] = "cpu"
     env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"  # cache even a tiny program
     proc = subprocess.run(
         [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert any((tmp_path / "jax").iterdir())
+    entries = list((tmp_path / "jax").glob("*-cache"))
+    assert entries
+    assert sum(e.stat().st_size for e in entries) <= 10_000
 
 
 def test_mesh_is_one_auto_data_axis_over_local_devices():
