@@ -7,7 +7,8 @@ dense bag-of-bigrams matrix of all of IMDB (25,000 x 150,000 float32, 15 GB) nev
 
 The components (``multi_hot``, ``bag_of_bigrams``, ``tfidf``, ``MLPClassifier``,
 ``LSTMClassifier``) come from ``<impl>/practical1_baselines.py``: the reference solutions by
-default, or a student's exercises.
+default, or a student's exercises; ``impl`` may also be a notebook's ``globals()``
+(:func:`m2l_nlp.impl.practical_namespace`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from m2l_nlp.fileio import write_json_atomic
-from m2l_nlp.impl import load_practical
+from m2l_nlp.impl import Impl, practical_namespace
 from m2l_nlp.training import confusion_matrix
 
 PRACTICAL = "practical1_baselines"
@@ -89,10 +90,10 @@ def num_features(config: BaselineConfig, vocab_size: int) -> int:
 
 
 def featurizer(
-    config: BaselineConfig, vocab_size: int, impl: str = "solutions"
+    config: BaselineConfig, vocab_size: int, impl: Impl = "solutions"
 ) -> Callable[[jax.Array, jax.Array], jax.Array]:
     """``features(ids (B, S), mask (B, S)) -> (B, F)`` float32 0/1 for an MLP baseline."""
-    p1 = load_practical(PRACTICAL, impl)
+    p1 = practical_namespace(PRACTICAL, impl)
     if config.model == "bow-mlp":
         return lambda ids, mask: p1.multi_hot(ids, mask, vocab_size)
     if config.model == "bigram-mlp":
@@ -127,7 +128,7 @@ def fit_baseline_idf(
     vocab_size: int,
     ids: np.ndarray,
     mask: np.ndarray,
-    impl: str = "solutions",
+    impl: Impl = "solutions",
 ) -> np.ndarray:
     """IDF weights ``(F,)`` of the baseline's features, fitted on the given (training) reviews."""
     df = document_frequencies(featurizer(config, vocab_size, impl), ids, mask)
@@ -138,13 +139,13 @@ def make_forward(
     config: BaselineConfig,
     vocab_size: int,
     idf: np.ndarray | None = None,
-    impl: str = "solutions",
+    impl: Impl = "solutions",
 ) -> Forward:
     """The stateful forward ``(input_ids (B, S), mask (B, S), is_train=True) -> logits (B,)``.
 
     For ``use_tfidf`` pass the ``idf`` weights (fitted on training reviews only).
     """
-    p1 = load_practical(PRACTICAL, impl)
+    p1 = practical_namespace(PRACTICAL, impl)
     if config.model == "lstm":
 
         def lstm_forward(input_ids: jax.Array, mask: jax.Array, is_train: bool = True):
@@ -235,7 +236,7 @@ def train_baseline(
     clip_norm: float | None = None,
     val_fraction: float = 0.1,
     seed: int = 0,
-    impl: str = "solutions",
+    impl: Impl = "solutions",
     log: Callable[[str], None] | None = print,
 ) -> BaselineResult:
     """Train a baseline on ``data`` (a :class:`m2l_nlp.data.PreparedData`) with Adam

@@ -5,11 +5,14 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 IMPLS = ("solutions", "exercises")
 IMPL_ENV = "M2L_IMPL"
+Impl = str | ModuleType | Mapping[str, Any]  # see practical_namespace
 
 
 def repo_root() -> Path:
@@ -50,3 +53,32 @@ def load_practical(practical: str, impl: str) -> ModuleType:
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
     return importlib.import_module(f"{impl}.{practical}")
+
+
+class NotebookNamespace:
+    """The functions and classes of a practical as a notebook defined them (its ``globals()``)."""
+
+    def __init__(self, names: Mapping[str, Any]):
+        self._names = names
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._names[name]
+        except KeyError:
+            raise AttributeError(
+                f"`{name}` is not defined in the notebook: run the cell that defines it first"
+            ) from None
+
+
+def practical_namespace(practical: str, impl: Impl) -> Any:
+    """Where the code of ``practical`` is read from.
+
+    ``impl`` is ``"solutions"`` or ``"exercises"`` (the folder's file is imported), a module,
+    or a mapping of names such as a notebook's ``globals()``: then the functions and classes
+    the notebook's cells defined are used, the student's own code in Colab.
+    """
+    if isinstance(impl, str):
+        return load_practical(practical, impl)
+    if isinstance(impl, Mapping):
+        return NotebookNamespace(impl)
+    return impl

@@ -66,7 +66,8 @@ import tempfile
 REPO_URL = "{repo_url}"
 CLONE_DIR = "{clone_dir}"
 
-if "jax" in sys.modules:
+SETUP_DONE = "M2L_NLP_SETUP_DONE"  # set at the end of this cell's first run
+if "jax" in sys.modules and not os.environ.get(SETUP_DONE):
     print("jax was imported before this cell: restart the runtime to change its memory use")
 
 if "google.colab" in sys.modules:
@@ -115,6 +116,7 @@ kinds = sorted({{d.device_kind for d in devices}})
 print(f"JAX {{jax.__version__}}: {{len(devices)}} {{platform}} device(s): {{kinds}}")
 if devices[0].platform == "cpu":
     print("No GPU found: everything works, only slower (Colab: Runtime > Change runtime type).")
+os.environ[SETUP_DONE] = "1"
 """
 
 

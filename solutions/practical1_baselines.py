@@ -105,7 +105,7 @@ def multi_hot(ids: jax.Array, mask: jax.Array, vocab_size: int) -> jax.Array:
 # neighbouring tokens (bigrams) keep a little of the order. There are `V * V` possible pairs,
 # far too many to give each its own feature, so we *hash* them into `num_buckets` buckets:
 #
-# $$\text{bucket}(a, b) = (a \cdot V + b) \bmod \text{num\_buckets}$$
+# $$\text{bucket}(a, b) = (a \cdot V + b) \bmod \mathrm{num\_buckets}$$
 #
 # where `a` is the first token of the pair and `b` the second. Different pairs may share a
 # bucket (a collision); with enough buckets this costs little accuracy.
@@ -362,9 +362,10 @@ class LSTMClassifier(hk.Module):
 # ## 6. Train the baselines on IMDB
 #
 # The cells below run only in the notebook (they download IMDB and train). The same runs are
-# available from the command line, e.g. `m2l-nlp train --model bigram-mlp`. The baselines of
-# `m2l_nlp.baselines` use *your* functions and modules when trained with `impl="exercises"`
-# (`train_baseline(config, data, impl="exercises", **settings)`, locally).
+# available from the command line, e.g. `m2l-nlp train --model bigram-mlp`. With
+# `impl=globals()`, `train_baseline` trains the functions and modules defined in this
+# notebook, that is *your* code; without it, the reference solutions. (From a terminal,
+# `m2l-nlp train --model bow-mlp --impl exercises` trains the code in `exercises/`.)
 #
 # Things to try: compare `bow-mlp` with `bigram-mlp` (does word order help?), with and without
 # TF-IDF; then the LSTM, which reads the words in order but is much slower to train. Keep the
@@ -377,7 +378,7 @@ class LSTMClassifier(hk.Module):
 # data = prepare_imdb(vocab_size=20000, seq_len=600)
 # config, settings = RECIPES["bigram-mlp"]  # the recipe of `m2l-nlp train --model bigram-mlp`
 # print(config, settings)
-# result = train_baseline(config, data, **settings)
+# result = train_baseline(config, data, impl=globals(), **settings)
 # print(result.summary())
 
 # %% active="ipynb"

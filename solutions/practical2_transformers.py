@@ -84,10 +84,10 @@ from m2l_nlp.config import ClassifierConfig
 # Going further (not graded): `softmax(s) @ v` equals `(e @ v) / e.sum(-1)` with
 # `e = exp(s - max(s))`, so the division can wait until after the product, where it
 # touches a `(S_q, d_v)` array instead of the `(S_q, S_k)` one. The reference does this.
-# The numbers are the same, but XLA (on our 2-core CPU) then writes two `(S, S)` arrays
-# per attention in the forward and backward pass instead of four, and those arrays are what
-# a training step spends its time on: a step of the tutorial's model (8 heads of size 4)
-# on 600-token reviews got about 1.4x faster. The maximum is wrapped in
+# The numbers are the same, but on a CPU, XLA then writes two `(S, S)` arrays per
+# attention in the forward and backward pass instead of four, and those arrays are what a
+# training step spends its time on: on a 2-core CPU, a training step of a small model (8
+# heads of size 4) on 600-token reviews got about 1.4x faster. The maximum is wrapped in
 # `jax.lax.stop_gradient`, as `jax.nn.softmax` does too: subtracting a constant does not
 # change a softmax, so no gradient needs to flow through it.
 
@@ -472,14 +472,20 @@ class PositionalEncoding(hk.Module):
 # Pooling must ignore padding: a review of 50 tokens padded to 600 should get the same
 # summary as the same review padded to 100. Mean pooling divides the sum of the real
 # token vectors by their number (at least 1, so an empty review gives zeros, not NaN);
-# max pooling takes the maximum over real tokens only.
+# max pooling takes the maximum over real tokens only, and gives zeros for an empty review
+# too (not minus infinity). Any other `pooling` name raises a `ValueError` that lists the
+# three allowed ones.
+#
+# In `TransformerClassifier`, pool the way its config asks for: pass `self.config.pooling`
+# on to `masked_pool` (`"mean_max"` doubles the width that the final `Linear` layer sees).
 
 
 # %%
 def masked_pool(x: jax.Array, mask: jax.Array, pooling: str = "mean") -> jax.Array:
     """Pool `(B, S, D)` over the tokens where `mask` `(B, S)` is 1: returns `(B, D)`.
 
-    `pooling` is `"mean"`, `"max"` or `"mean_max"` (both, concatenated: `(B, 2D)`).
+    `pooling` is `"mean"`, `"max"` or `"mean_max"` (both, concatenated: `(B, 2D)`); any
+    other name raises `ValueError`. A review with no token (mask all 0) pools to zeros.
     """
     # BEGIN SOLUTION
     valid = jnp.asarray(mask)[..., None] != 0
@@ -554,8 +560,10 @@ def classifier_forward(
 #
 # Time to train the model you wrote. The course package does the plumbing: it trains a
 # tokenizer on the training reviews, turns every review into `input_ids` and a padding `mask`
-# of length `seq_len`, and runs a jitted training loop (AdamW, one evaluation on the test set
-# after every epoch).
+# of length `seq_len`, and runs a jitted training loop (AdamW, one evaluation on a validation
+# split after every epoch). The validation split is the last tenth of the (shuffled)
+# training reviews: choices such as which epoch to keep are made on it, and the test reviews
+# are scored once, at the end, so that the test accuracy stays an honest estimate.
 #
 # By default this uses the small set of reviews bundled with the repository (1,000 for
 # training and 500 for testing, short made-up reviews meant for quick runs): it trains in about
@@ -567,7 +575,7 @@ def classifier_forward(
 # %% active="ipynb"
 # from m2l_nlp.data import SMALL_DATA, prepare_imdb
 # from m2l_nlp.tokenization import batch_encode
-# from m2l_nlp.training import TrainSettings, init_params, train
+# from m2l_nlp.training import TrainSettings, evaluate, init_params, train
 #
 # FULL_IMDB = False
 # if FULL_IMDB:
@@ -578,7 +586,11 @@ def classifier_forward(
 #     data = prepare_imdb(source=SMALL_DATA, vocab_size=2000, seq_len=128)
 #     config = ClassifierConfig(vocab_size=data.vocab_size, num_heads=4, d_ff=64, max_len=128)
 #     settings = TrainSettings(epochs=4, learning_rate=5e-3, crop_len=128)
-# print(f"{len(data.train_labels)} training and {len(data.test_labels)} test reviews")
+# n_val = len(data.train_labels) // 10
+# train_split = tuple(a[:-n_val] for a in (data.train_ids, data.train_mask, data.train_labels))
+# val_split = tuple(a[-n_val:] for a in (data.train_ids, data.train_mask, data.train_labels))
+# test_split = (data.test_ids, data.test_mask, data.test_labels)
+# print(f"{len(train_split[2])} training, {n_val} validation, {len(test_split[2])} test reviews")
 # print(f"vocabulary: {data.vocab_size} tokens; {config}")
 
 
@@ -612,26 +624,22 @@ def classifier_forward(
 
 # %% [markdown]
 # Now train. Each line of the log is one epoch: the training loss and accuracy, and the loss
-# and accuracy on the test reviews.
+# and accuracy on the validation reviews. At the end, `train` returns the parameters of the
+# epoch with the best validation accuracy.
 
 # %% active="ipynb"
-# result = train(
-#     model,
-#     params,
-#     (data.train_ids, data.train_mask, data.train_labels),
-#     settings,
-#     eval_data=(data.test_ids, data.test_mask, data.test_labels),
-#     eval_name="test",
-# )
+# result = train(model, params, train_split, settings, eval_data=val_split, eval_name="val")
 # plotting.plot_training_curves(result.history)
 
 
 # %% [markdown]
-# The confusion matrix counts the test reviews by true label (rows) and predicted label
-# (columns): the diagonal holds the correct answers.
+# Now, once, the test reviews. The confusion matrix counts them by true label (rows) and
+# predicted label (columns): the diagonal holds the correct answers.
 
 # %% active="ipynb"
-# plotting.plot_confusion_matrix(result.eval_result.confusion, title="Test reviews")
+# test = evaluate(result.params, model, test_split, window=settings.crop_len)
+# print(f"test accuracy {test.accuracy:.2%} (epoch {result.best_epoch} of {settings.epochs})")
+# plotting.plot_confusion_matrix(test.confusion, title="Test reviews")
 
 
 # %% [markdown]

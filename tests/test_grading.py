@@ -12,6 +12,7 @@ import importlib.util
 import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -147,12 +148,19 @@ def test_messages_say_what_is_wrong():
         expect_array(np.zeros((3, 2)), "x", shape=(2, 3), axes="(B, S)")
     with pytest.raises(CheckFailure, match="should have dtype float32; yours has dtype int32"):
         expect_array(np.zeros(2, np.int32), "x", dtype=np.float32)
-    with pytest.raises(
-        CheckFailure, match=r"contains NaN values \(1 of 2\), first at index \(1,\)"
-    ):
+    with pytest.raises(CheckFailure, match=r"x: NaN values \(1 of 2\), the first at index \(1,\)"):
         expect_array(np.array([0.0, np.nan]), "x")
-    with pytest.raises(CheckFailure, match=r"at index \(1,\) yours is 2\.5, expected 2"):
+    with pytest.raises(
+        CheckFailure,
+        match=r"x: mismatch with the reference: at index \(1,\) yours is 2\.5, the reference has 2",
+    ):
         expect_close(np.array([1.0, 2.5]), np.array([1.0, 2.0]), "x")
+    with pytest.raises(
+        CheckFailure, match=r"mismatch with your first run: .* your first run has 2"
+    ):
+        expect_close(np.array([1.0, 2.5]), np.array([1.0, 2.0]), "x", versus="your first run")
+    with pytest.raises(CheckFailure, match=r"x: NaN at index \(1,\), where the reference has 2"):
+        expect_close(np.array([1.0, np.nan]), np.array([1.0, 2.0]), "x")
     with pytest.raises(CheckFailure, match="did you forget a `return`"):
         expect_array(None, "x")
     expect_close(np.array([1.0, 2.0 + 1e-7]), np.array([1.0, 2.0]), "x")  # within tolerance
@@ -568,6 +576,34 @@ def test_mutation_is_caught(tmp_path, name, label, edits):
     assert "Traceback" not in message and len(message) > 30
 
 
+MASKED_SCORE = "jnp.finfo(scores.dtype).min)"
+
+
+@pytest.mark.parametrize(
+    ("edits", "hint"),
+    [
+        ([("/ math.sqrt(d_k)", "")], "softmax of Q K^T without dividing the scores"),
+        ([("/ math.sqrt(d_k)", "/ d_k")], "softmax of Q K^T dividing them by d_k"),
+        (dict(MUTATIONS["scaled_dot_product"])["softmax over the queries"], "do not sum to 1"),
+        ([(MASKED_SCORE, "0.0)")], "Without a mask yours match, so look at the masking"),
+        (
+            [("scores - jax.lax.stop_gradient(scores.max(axis=-1, keepdims=True))", "scores")],
+            "overflows float32",
+        ),
+    ],
+    ids=["no scaling", "scaled by d_k", "softmax over queries", "masked with 0", "no max"],
+)
+def test_attention_hints_name_the_slip(tmp_path, edits, hint):
+    """The first failure's hint fits the mistake made (not a fixed list of suspects)."""
+    result = grade(_module_from(_apply(edits), tmp_path), "scaled_dot_product", True)
+    message = result.messages()[0]
+    assert hint in message, message
+    if hint != "overflows float32":
+        assert "overflows" not in message
+    if "masking" in hint:
+        assert "sqrt" not in message
+
+
 def test_every_exercise_has_three_mutations():
     p2 = [ex.name for ex in load_exercises().values() if ex.practical == P2]
     assert sorted(MUTATIONS) == sorted(p2)
@@ -610,7 +646,10 @@ def test_partial_progress_is_graded_check_by_check(tmp_path):
     statuses = {c.check: c.status for c in result.checks}
     assert statuses["encoder_matches_reference"] == "passed"
     assert statuses["attention_maps"] == "not started"
-    assert result.status == "not started" and result.points == 0
+    assert result.status == "incomplete" and result.points == 0
+    table = score_table([result])
+    assert re.search(r"transformer_encoder +incomplete +2/3 +0 / 10", table), table
+    assert "still to write: TransformerEncoder.get_attention_maps: not implemented" in table
 
 
 def test_missing_name_is_reported_in_words(tmp_path):
@@ -786,3 +825,24 @@ def test_graded_checks_refuse_parallel_workers(tmp_path):
     run = _pytest(root, "-m", "scaled_dot_product", "-n", "2")
     assert run.returncode != 0
     assert "graded checks cannot run in parallel workers" in run.stdout + run.stderr
+
+
+@pytest.mark.parametrize(
+    ("where", "args", "advice"),
+    [
+        ("exercises", [], "run pytest from the repository root"),
+        (".", ["-m", "multihead"], "nothing matched your selection"),
+    ],
+)
+def test_a_run_that_grades_nothing_says_how_to_select(where, args, advice):
+    """Run from exercises/ (no tests there) or with a marker typo: say why, list the names."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args],
+        cwd=ROOT / where,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == pytest.ExitCode.NO_TESTS_COLLECTED, proc.stdout[-2000:]
+    assert f"no graded check ran: {advice}" in proc.stdout, proc.stdout[-2000:]
+    assert "multihead_attention" in proc.stdout

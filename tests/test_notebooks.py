@@ -208,6 +208,7 @@ def test_setup_cell_locally_installs_nothing(tmp_path: Path):
     assert state["compile_cache"] == str(compilation_cache_dir())
     assert state["m2l_root"] is None
     assert "JAX " in printed and "CPU device(s)" in printed
+    assert "imported before" not in printed  # the second run imports jax, after the first
 
 
 def test_setup_cell_in_colab_clones_once_and_pins_jax(tmp_path: Path):

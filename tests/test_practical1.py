@@ -282,6 +282,26 @@ def test_batched_idf_equals_fit_idf():
     np.testing.assert_allclose(fit_baseline_idf(config, 40, ids, mask), ref.fit_idf(dense))
 
 
+def test_baselines_read_a_notebooks_own_definitions():
+    """``impl=globals()`` (a mapping) trains what the notebook's cells defined, not a file."""
+    from m2l_nlp.baselines import BaselineConfig, featurizer
+
+    ref = load_practical(PRACTICAL, "solutions")
+    calls = []
+
+    def multi_hot(ids, mask, vocab_size):
+        calls.append(vocab_size)
+        return ref.multi_hot(ids, mask, vocab_size)
+
+    ids, mask = np.array([[3, 1, 0]], np.int32), np.array([[1, 1, 0]], np.int32)
+    features = featurizer(BaselineConfig(model="bow-mlp"), 8, impl={"multi_hot": multi_hot})
+    np.testing.assert_array_equal(features(ids, mask), ref.multi_hot(ids, mask, 8))
+    assert calls == [8]
+    bigrams = featurizer(BaselineConfig(model="bigram-mlp"), 8, impl={"multi_hot": multi_hot})
+    with pytest.raises(AttributeError, match="`bag_of_bigrams` is not defined in the notebook"):
+        bigrams(ids, mask)
+
+
 def test_split_and_confusion():
     from m2l_nlp.baselines import split_validation
     from m2l_nlp.training import confusion_matrix as confusion

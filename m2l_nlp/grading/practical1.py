@@ -359,6 +359,7 @@ def _dropout_checks(ctx, make, *args, what: str):
         run_haiku(make(0.0, False), ctx.student, params, *args),
         f"the training-mode output of {what} with p_dropout=0",
         hint="With a dropout rate of 0, training and evaluation must give the same output.",
+        versus="your evaluation-mode output",
     )
 
 
@@ -495,6 +496,7 @@ def check_lstm_padding_invariance(ctx):
         longer,
         short,
         "the logits of the same reviews padded to 11 instead of 6 tokens",
+        versus="your logits with 6 tokens",
         hint="Padding must not change the prediction: at a padded step keep the previous "
         "state (jnp.where with the mask), or read the state at the last real token.",
     )

@@ -89,6 +89,7 @@ def _dropout_checks(ctx, make, *args, what: str):
         eval0,
         f"the training-mode output of {what} with p_dropout=0",
         hint="With a dropout rate of 0, training and evaluation must give the same output.",
+        versus="your evaluation-mode output",
     )
 
 
@@ -132,9 +133,35 @@ def check_matches_reference(ctx):
             jax.jit(ctx.student.scaled_dot_product)(q, k, v, m), 2, "scaled_dot_product"
         )
         label = "without a mask" if m is None else "with a mask"
-        hint = "Did you divide the scores by sqrt(d_k) (the size of the last axis of q)?"
+        hint = _weights_hint(q, k, got[1]) if m is None else _MASKED_WEIGHTS_HINT
         expect_close(got[1], want[1], f"the attention weights ({label})", hint=hint)
         expect_close(got[0], want[0], f"the values ({label})")
+
+
+_MASKED_WEIGHTS_HINT = (
+    "Without a mask yours match, so look at the masking: before the softmax, give each "
+    "hidden key (mask 0) a very negative score (not 0), and keep the scores where mask != 0."
+)
+
+
+def _weights_hint(q: np.ndarray, k: np.ndarray, weights) -> str:
+    """Name the likely slip when unmasked attention weights differ from the reference."""
+    w = np.asarray(weights, np.float64)
+    scores = q.astype(np.float64) @ np.swapaxes(k, -1, -2).astype(np.float64)
+    d_k = q.shape[-1]
+    for scale, slip in ((1.0, "without dividing the scores"), (d_k, "dividing them by d_k")):
+        e = np.exp(scores / scale - (scores / scale).max(-1, keepdims=True))
+        if w.shape == e.shape and np.allclose(w, e / e.sum(-1, keepdims=True), atol=1e-5):
+            return (
+                f"Yours are the softmax of Q K^T {slip}: divide them by sqrt(d_k), the "
+                "square root of the size of q's last axis."
+            )
+    if w.shape == scores.shape and not np.allclose(w.sum(-1), 1.0, atol=1e-4):
+        return "Your rows do not sum to 1: take the softmax over the last axis (the keys)."
+    return (
+        "Check that the scores are Q K^T divided by sqrt(d_k) (the size of q's last axis) "
+        "and that the softmax runs over the last axis (the keys)."
+    )
 
 
 @sdp.check
@@ -153,18 +180,18 @@ def check_masked_keys_get_zero_weight(ctx):
     rng = ctx.rng()
     q, k, v = normal(rng, 2, 4, 8), normal(rng, 2, 6, 8), normal(rng, 2, 6, 5)
     mask = np.array([[1, 1, 0, 1, 0, 0], [0, 1, 1, 1, 1, 1]], np.int32)[:, None, :]  # (B, 1, S_k)
-    for m, label in ((mask, "int 0/1"), (mask.astype(bool), "boolean")):
+    for m, label in ((mask, "an int 0/1"), (mask.astype(bool), "a boolean")):
         weights = _expect_tuple(ctx.student.scaled_dot_product(q, k, v, m), 2, "sdp")[1]
         w = expect_array(weights, "the attention weights", shape=(2, 4, 6), finite=False)
         hidden = np.broadcast_to(m == 0, w.shape)
         if (np.abs(w[hidden]) > 1e-6).any():
             at = tuple(int(i) for i in np.argwhere(hidden & (np.abs(w) > 1e-6))[0])
             fail(
-                f"with a {label} mask, the key at index {at} is hidden (mask 0) but gets weight "
+                f"with {label} mask, the key at index {at} is hidden (mask 0) but gets weight "
                 f"{w[at]:.4g}; hidden keys must get weight 0. Replace their scores by a very "
                 "negative number before the softmax (keep scores where mask != 0)"
             )
-        expect_rows_sum_to_one(w, f"the attention weights (with a {label} mask)")
+        expect_rows_sum_to_one(w, f"the attention weights (with {label} mask)")
 
 
 @sdp.check
@@ -180,7 +207,8 @@ def check_large_scores_stay_finite(ctx):
         "maximum score before exp (the softmax does not change)."
     )
     for i, name in ((1, "the attention weights"), (0, "the values")):
-        expect_close(got[i], want[i], f"{name} for large scores", hint=hint)
+        finite = np.isfinite(np.asarray(got[i], np.float64)).all()
+        expect_close(got[i], want[i], f"{name} for large scores", hint="" if finite else hint)
 
 
 # --------------------------------------------------------------------------------------------
@@ -296,7 +324,10 @@ def check_mha_matches_reference(ctx):
         k,
         v,
         names=("the output", "the attention weights"),
-        hint="Split the last axis into (h, D // h), in that order, then move h before S.",
+        hint=(
+            "Split the last axis into (h, D // h), in that order, then move h before S; after "
+            "the attention, move h back after S before merging the heads into (B, S, D)."
+        ),
     )
 
 
@@ -321,7 +352,10 @@ def check_mha_masks(ctx):
             v,
             mask,
             names=(f"the output with a {label} mask", f"the attention weights with a {label} mask"),
-            hint="Give the mask a head axis so it broadcasts against (B, h, S_q, S_k).",
+            hint=(
+                "If mha_matches_reference passes, look at the mask: give it a head axis so it "
+                "broadcasts against (B, h, S_q, S_k)."
+            ),
         )
 
 
@@ -360,10 +394,16 @@ def check_mha_permutation_equivariance(ctx):
     expect_close(
         outp,
         np.asarray(out)[:, perm],
-        "the output for shuffled tokens (vs shuffled output)",
+        "the output for shuffled tokens",
         hint=hint,
+        versus="your output for the tokens in order, shuffled alike",
     )
-    expect_close(wp, np.asarray(w)[:, :, perm][:, :, :, perm], "the weights for shuffled tokens")
+    expect_close(
+        wp,
+        np.asarray(w)[:, :, perm][:, :, :, perm],
+        "the weights for shuffled tokens",
+        versus="your weights for the tokens in order, shuffled alike",
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -402,7 +442,7 @@ def check_ffn_eval_no_dropout(ctx):
     first = run_haiku(_ffn(0.5, False), ctx.student, params, x)
     second = run_haiku(_ffn(0.5, False), ctx.student, params, x)
     expect_array(first, "the output", shape=(B, S, D))
-    expect_close(second, first, "a second evaluation of the same input")
+    expect_close(second, first, "a second evaluation of the same input", versus="the first")
 
 
 @ffn.check
@@ -516,7 +556,12 @@ def check_block_permutation_equivariance(ctx):
     params = perturb(run_haiku(build, ctx.ref, None, x, pad), rng)
     out = expect_array(run_haiku(build, ctx.student, params, x, pad), "the output")
     outp = run_haiku(build, ctx.student, params, x[:, perm], pad[:, perm])
-    expect_close(outp, out[:, perm], "the output for shuffled tokens (vs shuffled output)")
+    expect_close(
+        outp,
+        out[:, perm],
+        "the output for shuffled tokens",
+        versus="your output for the tokens in order, shuffled alike",
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -668,7 +713,11 @@ def check_adds_table(ctx):
         _pe(0.1, False),
         x,
         names=("the output of PositionalEncoding (evaluation)",),
-        hint="Add the first S rows of the table to x, and return the sum.",
+        hint=(
+            "Add the first S rows of the table to x, and return the sum. If "
+            "table_closed_form fails too, fix sinusoidal_encoding first: the module adds "
+            "the table it makes."
+        ),
     )
     out = run_haiku(_pe(0.1, False), ctx.student, {}, np.zeros((B, S, D), np.float32))
     expect_close(
@@ -743,8 +792,9 @@ def check_pool_matches_reference(ctx):
     for pooling in POOLINGS:
         want = ctx.ref.masked_pool(x, mask, pooling)
         got = ctx.student.masked_pool(x, mask, pooling)
-        expect_array(got, f"masked_pool(..., {pooling!r})", shape=want.shape, axes="(B, D or 2D)")
-        expect_close(got, want, f"masked_pool(..., {pooling!r})")
+        name = f"masked_pool(..., {pooling!r}) of 3 reviews, the last one empty (all padding)"
+        expect_array(got, name, shape=want.shape, axes="(B, D or 2D)")
+        expect_close(got, want, name, hint="An empty review pools to zeros.")
 
 
 @clf.check
@@ -836,6 +886,7 @@ def check_classifier_padding_invariance(ctx):
             longer,
             short,
             f"the logits of the same reviews padded further (pooling {pooling!r})",
+            versus="your logits with less padding",
             hint="Padding must not change the prediction: pass the mask to the embedding and "
             "the encoder, and pool over real tokens only.",
         )

@@ -35,6 +35,7 @@ from m2l_nlp.grading.runner import (
 from m2l_nlp.impl import IMPL_ENV, IMPLS, load_practical, repo_root
 
 GRADER = pytest.StashKey["Grader"]()
+SELECTED = pytest.StashKey[int]()  # how many tests (graded or not) this run selected
 DEFAULT_TIMEOUT = 120.0
 
 
@@ -149,6 +150,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.timeout(timeout))
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    session.config.stash[SELECTED] = len(session.items)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     if hasattr(item.config, "workerinput") and item.get_closest_marker("graded"):
         # Under pytest-xdist the scores would stay in the workers: no score table, and an
@@ -212,7 +217,21 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
     grader = config.stash.get(GRADER, None)
-    if grader is None or not grader.results:
+    if grader is None:
+        return
+    if not grader.results:
+        if config.stash.get(SELECTED, None) == 0:  # e.g. run from exercises/, or -m typo
+            if Path.cwd().resolve() != config.rootpath:
+                advice = (
+                    f"run pytest from the repository root ({config.rootpath}), where it "
+                    "finds tests/graded"
+                )
+            else:
+                advice = "nothing matched your selection (-m, -k or the paths given)"
+            terminalreporter.write_line(
+                f"no graded check ran: {advice}. Grade one exercise with `pytest -m NAME`, "
+                f"NAME one of: {', '.join(grader.exercises)}"
+            )
         return
     errors = grader.import_errors()
     if errors:

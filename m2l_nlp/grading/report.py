@@ -34,6 +34,13 @@ def score_table(results: list[ExerciseResult]) -> str:
     lines = [fmt(header), rule]
     lines += [row if isinstance(row, str) else fmt(row) for row in rows]
     lines += [rule, fmt(footer)]
+    for r in results:
+        if r.status == "incomplete":  # name the stubs left, which the table does not show
+            left = dict.fromkeys(c.message for c in r.checks if c.status == "not started")
+            lines += [
+                f"{r.exercise.name}, still to write: {m.removeprefix('not started: ')}"
+                for m in left
+            ]
     todo = [r.exercise.name for r in results if r.status != "passed"]
     if not todo:
         lines.append("all graded exercises passed")

@@ -191,22 +191,19 @@ def run_check(
         check.func(ctx)
 
 
+_NO_KEY_IN_EVALUATION = (
+    "your code asked for a random key in evaluation mode (is_train=False): dropout must "
+    "only run when is_train is True, and every sub-module with dropout must be given "
+    "is_train (their default is True)"
+)
 _HINTS = (
     (
         "Unable to retrieve parameter",
         "your module asks for a parameter the reference does not create: build sub-modules "
         "only in __init__, with the names given in the stub",
     ),
-    (
-        "non-None PRNGKey",
-        "your code asked for a random key in evaluation mode (is_train=False): dropout must "
-        "only run when is_train is True",
-    ),
-    (
-        "next_rng_key",
-        "your code asked for a random key in evaluation mode (is_train=False): dropout must "
-        "only run when is_train is True",
-    ),
+    ("non-None PRNGKey", _NO_KEY_IN_EVALUATION),
+    ("next_rng_key", _NO_KEY_IN_EVALUATION),
     (
         "TracerBoolConversionError",
         "a Python `if` or `bool()` on an array fails under jax.jit: use jnp.where, or test a "
@@ -217,7 +214,13 @@ _HINTS = (
         "a Python `if` or `bool()` on an array fails under jax.jit: use jnp.where, or test a "
         "Python value (a shape, a flag) instead",
     ),
+    (
+        "with retrieved shape",
+        "a layer got inputs of another size than the reference's layer (its weights were "
+        "made for that size): check what you feed it, e.g. the pooling or a concatenation",
+    ),
     ("Incompatible shapes for broadcasting", "check the shapes you combine (print x.shape)"),
+    ("could not broadcast", "check the shapes you combine (print x.shape)"),
 )
 
 
@@ -228,7 +231,8 @@ def _student_frame(err: BaseException, student_files: set[str]) -> traceback.Fra
         if name in student_files or frame.filename.startswith("<ipython-input"):
             return frame
     for frame in reversed(frames):
-        if "site-packages" not in frame.filename and "/m2l_nlp/grading/" not in frame.filename:
+        installed = "site-packages" in frame.filename or "dist-packages" in frame.filename
+        if not installed and "/m2l_nlp/grading/" not in frame.filename:
             return frame
     return None
 
@@ -305,7 +309,8 @@ class ExerciseResult:
 
 
 def aggregate(statuses: list[str]) -> str:
-    """One status for an exercise from the statuses of its checks."""
+    """One status for an exercise from the statuses of its checks: ``"incomplete"`` when
+    some checks ran and passed but others met a stub (a method still to write)."""
     if not statuses:
         return "not started"
     if "error" in statuses:
@@ -313,7 +318,7 @@ def aggregate(statuses: list[str]) -> str:
     if "failed" in statuses:
         return "failed"
     if "not started" in statuses:
-        return "not started"
+        return "incomplete" if "passed" in statuses else "not started"
     return "passed"
 
 

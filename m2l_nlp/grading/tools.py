@@ -65,8 +65,8 @@ def expect_array(
             where = _index(int(np.argmax(bad)), array.shape)
             kind = "NaN" if np.isnan(array[where]) else "infinite"
             fail(
-                f"{name} contains {kind} values ({int(bad.sum())} of {array.size}), first at "
-                f"index {where}"
+                f"{name}: {kind} values ({int(bad.sum())} of {array.size}), the first at index "
+                f"{where}"
             )
     return array
 
@@ -79,8 +79,13 @@ def expect_close(
     rtol: float = RTOL,
     where: Any = None,
     hint: str = "",
+    versus: str = "the reference",
 ) -> None:
-    """Check ``got`` against the reference ``want`` (optionally only where ``where`` is true)."""
+    """Check ``got`` against ``want`` (optionally only where ``where`` is true).
+
+    ``want`` is the reference's result unless ``versus`` names what else it is (e.g. "your
+    evaluation-mode output"), for the message.
+    """
     want = np.asarray(want)
     got = expect_array(got, name, shape=want.shape, finite=False)
     if got.dtype.kind not in "fciub":
@@ -91,14 +96,14 @@ def expect_close(
     nan_got = np.isnan(got64) & select & ~np.isnan(want64)
     if nan_got.any():
         at = _index(int(np.argmax(nan_got)), want.shape)
-        fail(f"{name} contains NaN at index {at} where the reference is {want64[at]:.6g}. {hint}")
+        fail(f"{name}: NaN at index {at}, where {versus} has {want64[at]:.6g}. {hint}".rstrip())
     err = np.where(select, np.abs(got64 - want64) - (atol + rtol * np.abs(want64)), -np.inf)
     if (err > 0).any():
         at = _index(int(np.argmax(err)), want.shape)
         diff = np.abs(got64 - want64)[at]
         fail(
-            f"{name} differs from the reference: at index {at} yours is {got64[at]:.6g}, "
-            f"expected {want64[at]:.6g} (difference {diff:.3g}; {int((err > 0).sum())} of "
+            f"{name}: mismatch with {versus}: at index {at} yours is {got64[at]:.6g}, "
+            f"{versus} has {want64[at]:.6g} (difference {diff:.3g}; {int((err > 0).sum())} of "
             f"{int(select.sum())} values are off by more than atol={atol:g} + rtol={rtol:g}). "
             f"{hint}".rstrip()
         )
