@@ -14,10 +14,12 @@ a crash never leaves a half-written checkpoint under the final name.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -25,6 +27,7 @@ import numpy as np
 
 from m2l_nlp import bigrams
 from m2l_nlp.config import ClassifierConfig
+from m2l_nlp.fileio import make_ordinary
 
 PARAMS_FILE = "params.npz"
 CONFIG_FILE = "config.json"
@@ -84,6 +87,7 @@ def save_checkpoint(
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    old: Path | None = None  # a private folder the previous checkpoint waits in
     try:
         np.savez(tmp / PARAMS_FILE, **_flatten(params))
         (tmp / CONFIG_FILE).write_text(json.dumps(config.to_dict(), indent=2) + "\n")
@@ -91,16 +95,19 @@ def save_checkpoint(
         if bigram_table is not None:
             bigrams.save_table(tmp, bigram_table, bigram_mode)
         (tmp / META_FILE).write_text(json.dumps(meta or {}, indent=2, default=str) + "\n")
-        old = None
+        make_ordinary(tmp)
         if path.exists():
-            old = path.parent / f".{path.name}.old-{os.getpid()}"
-            os.replace(path, old)
+            old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
+            os.replace(path, old / path.name)
         os.replace(tmp, path)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None and (old / path.name).exists() and not path.exists():
+            os.replace(old / path.name, path)  # interrupted between the renames: put it back
         raise
+    finally:
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     return path
 
 
@@ -112,6 +119,51 @@ def _check_shapes(params: dict[str, dict[str, np.ndarray]], config: ClassifierCo
             f"the saved embedding table has shape {embed.shape} but config.json says "
             f"vocab_size={config.vocab_size}, d_model={config.d_model}: the files of this "
             "checkpoint do not belong together; retrain or restore config.json"
+        )
+
+
+@contextlib.contextmanager
+def _reading(file: Path) -> Iterator[None]:
+    """Turn any failure to read or parse ``file`` into a :class:`CheckpointError`."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except Exception as error:  # noqa: BLE001 - JSON, zip, tokenizer and config errors alike
+        raise CheckpointError(
+            f"{file} is damaged ({type(error).__name__}: {error}): this checkpoint cannot be "
+            "used; train a new one with `m2l-nlp train`"
+        ) from error
+
+
+def check_params_fit(params: Any, model: Any, config: ClassifierConfig) -> None:
+    """Raise :class:`CheckpointError` unless ``params`` have exactly the names and shapes that
+    ``model`` (built from ``config``) creates."""
+    import jax
+
+    from m2l_nlp import training
+
+    wanted = jax.eval_shape(  # shapes only: nothing is computed
+        lambda key: training.init_params(model, key, config), jax.random.PRNGKey(0)
+    )
+    want = {
+        f"{m}{SEP}{n}": tuple(v.shape) for m, leaves in wanted.items() for n, v in leaves.items()
+    }
+    have = {key: tuple(np.shape(v)) for key, v in _flatten(params).items()}
+    problems = [f"{k} is missing" for k in sorted(want.keys() - have.keys())]
+    problems += [f"{k} is not part of this model" for k in sorted(have.keys() - want.keys())]
+    problems += [
+        f"{k} has shape {have[k]}, the model wants {want[k]}"
+        for k in sorted(want.keys() & have.keys())
+        if have[k] != want[k]
+    ]
+    if problems:
+        shown = "; ".join(problems[:3]) + (
+            f"; and {len(problems) - 3} more" if problems[3:] else ""
+        )
+        raise CheckpointError(
+            f"the saved parameters do not fit the model of the saved config ({shown}): the "
+            "files of this checkpoint do not belong together; retrain or restore config.json"
         )
 
 
@@ -132,7 +184,8 @@ def load_checkpoint(
             f"{path} is not a complete checkpoint (missing {', '.join(missing)}): "
             "train one with `m2l-nlp train` or pass the folder it wrote (runs/<name>/checkpoint)"
         )
-    config = ClassifierConfig.from_dict(json.loads((path / CONFIG_FILE).read_text()))
+    with _reading(path / CONFIG_FILE):
+        config = ClassifierConfig.from_dict(json.loads((path / CONFIG_FILE).read_text()))
     if expected_config is not None and config != expected_config:
         saved, wanted = config.to_dict(), expected_config.to_dict()
         diff = ", ".join(
@@ -144,10 +197,11 @@ def load_checkpoint(
             f"the checkpoint in {path} was trained with a different model config ({diff}); "
             "build the model from the checkpoint's config or train a new checkpoint"
         )
-    with np.load(path / PARAMS_FILE) as arrays:
+    with _reading(path / PARAMS_FILE), np.load(path / PARAMS_FILE) as arrays:
         params = _unflatten({k: arrays[k] for k in arrays.files})
     _check_shapes(params, config)
-    tokenizer = Tokenizer.from_file(str(path / TOKENIZER_FILE))
+    with _reading(path / TOKENIZER_FILE):
+        tokenizer = Tokenizer.from_file(str(path / TOKENIZER_FILE))
     try:
         table, mode = bigrams.load_table(path)
     except ValueError as error:
@@ -163,7 +217,10 @@ def load_checkpoint(
             f"the files of {path} do not belong together"
         )
     meta_path = path / META_FILE
-    meta = json.loads(meta_path.read_text()) if meta_path.is_file() else {}
+    meta = {}
+    if meta_path.is_file():
+        with _reading(meta_path):
+            meta = json.loads(meta_path.read_text())
     return Checkpoint(params, config, tokenizer, meta, table, mode)
 
 
@@ -199,6 +256,7 @@ def predict(
             ids, mask, table, base, checkpoint.bigram_mode, config.max_len
         )
     model = training.build_model(config, impl)
+    check_params_fit(checkpoint.params, model, config)
     data = training.put_data(ids, mask, np.zeros(len(texts), np.int32))
     window = checkpoint.meta.get("settings", {}).get("crop_len")  # as in training
     logits = training.predict_logits(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import sys
 import time
 from collections.abc import Sequence
@@ -17,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from m2l_nlp import bigrams, devices
-from m2l_nlp.config import ClassifierConfig
+from m2l_nlp.config import ClassifierConfig, check_field_types
 from m2l_nlp.fileio import write_json_atomic
+from m2l_nlp.tokenization import MIN_VOCAB_SIZE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +42,14 @@ class Preset:
     final_fit: bool = False
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         bigrams.check_mode(self.bigram_mode)
+        limits = {"vocab_size": MIN_VOCAB_SIZE, "seq_len": 1, "bigram_tokens": 0, "val_size": 0}
+        for name, least in limits.items():
+            if getattr(self, name) < least:
+                raise ValueError(f"{name} must be at least {least}, not {getattr(self, name)}")
+        if self.embed_scale <= 0:
+            raise ValueError(f"embed_scale must be positive, not {self.embed_scale}")
 
 
 PRESETS: dict[str, Preset] = {
@@ -155,7 +164,9 @@ def _parser() -> argparse.ArgumentParser:
         help="aclImdb_v1.tar.gz, an extracted aclImdb/ folder, or 'small' for the bundled "
         "small dataset (default: $M2L_NLP_IMDB, else download the official archive)",
     )
-    train.add_argument("--preset", choices=sorted(PRESETS), default="default")
+    train.add_argument(
+        "--preset", choices=sorted(PRESETS), default=None, help="the recipe (default: default)"
+    )
     train.add_argument(
         "--model",
         choices=("transformer", *BASELINES),
@@ -163,7 +174,9 @@ def _parser() -> argparse.ArgumentParser:
         help="the practical-2 transformer (default), or a practical-1 baseline "
         "(see m2l_nlp/baselines.py; --preset does not apply to baselines)",
     )
-    train.add_argument("--epochs", type=int, default=None, help="override the preset's epochs")
+    train.add_argument(
+        "--epochs", type=_positive, default=None, help="override the preset's epochs"
+    )
     train.add_argument("--impl", choices=("solutions", "exercises"), default="solutions")
     train.add_argument(
         "--val-size",
@@ -186,8 +199,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="validation only: do not evaluate on the test set (for choosing a recipe)",
     )
-    train.add_argument("--seed", type=int, default=0)
-    train.add_argument("--out", default=None, help="output folder (default runs/<preset>)")
+    train.add_argument("--seed", type=_non_negative, default=0)
+    train.add_argument(
+        "--out",
+        default=None,
+        help="output folder (default runs/<preset>, or runs/<preset>-val for --no-test)",
+    )
     train.add_argument("--cache-dir", default=None, help="where encoded data are cached")
     train.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -229,11 +246,73 @@ def resolve_val_size(preset: Preset, requested: int | None, no_test: bool, n_tra
     return val_size
 
 
+def _train_baseline(args: argparse.Namespace) -> int:
+    """``--model bow-mlp|bigram-mlp|lstm``: refuse the transformer's options, then train."""
+    given = (
+        ("--preset", args.preset is not None),
+        ("--set", bool(args.set)),
+        ("--val-size", args.val_size is not None),
+        ("--no-test", args.no_test),
+    )
+    misplaced = [option for option, used in given if used]
+    if misplaced:
+        print(
+            f"error: {', '.join(misplaced)} {'applies' if len(misplaced) == 1 else 'apply'} "
+            "only to the transformer; a baseline trains "
+            "with its fixed recipe (RECIPES in m2l_nlp/baselines.py), holds out a tenth of the "
+            "training reviews for validation and reports test accuracy",
+            file=sys.stderr,
+        )
+        return 2
+    out = Path(args.out or Path("runs") / args.model)
+    problem = unwritable(out, "--out") or unwritable(_cache_root(args.cache_dir), "--cache-dir")
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    from m2l_nlp.baselines import cli_train
+
+    return cli_train(args)
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
 def _non_negative(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
     return value
+
+
+def default_out(name: str, no_test: bool) -> Path:
+    """``runs/<name>``, or ``runs/<name>-val`` for a ``--no-test`` run, so that trying a
+    recipe never overwrites the metrics and checkpoint of a run that reported test accuracy."""
+    return Path("runs") / (f"{name}-val" if no_test else name)
+
+
+def unwritable(folder: Path, option: str) -> str | None:
+    """Why files could not be written in ``folder``, or None if they could (nothing is
+    created: the nearest folder that exists is checked, where the rest would be made)."""
+    existing = folder
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder: choose another folder with {option}"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return (
+            f"cannot write in {existing} (permission denied): choose another folder with {option}"
+        )
+    return None
+
+
+def _cache_root(cache_dir: str | None) -> Path:
+    from m2l_nlp.data import default_cache_dir
+
+    return Path(cache_dir) if cache_dir else default_cache_dir()
 
 
 def _data_source(data: str | None) -> str | None:
@@ -246,9 +325,8 @@ def _data_source(data: str | None) -> str | None:
 
 def cmd_train(args: argparse.Namespace) -> int:
     if args.model != "transformer":
-        from m2l_nlp.baselines import cli_train
-
-        return cli_train(args)
+        return _train_baseline(args)
+    args.preset = args.preset or "default"
     import jax
     import numpy as np
 
@@ -276,7 +354,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     except ValueError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    out = Path(args.out or Path("runs") / args.preset)
+    out = Path(args.out or default_out(args.preset, args.no_test))
+    problem = unwritable(out, "--out") or unwritable(_cache_root(args.cache_dir), "--cache-dir")
+    if problem:  # found now, not after the training it would have thrown away
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
     progress = not args.no_progress
     print(f"devices: {devices.describe_devices()}")
     print(f"preset {args.preset}: {preset.description}")
@@ -419,13 +501,9 @@ def _save_plots(out: Path, history: dict, confusion: Any = None) -> None:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from m2l_nlp.checkpoint import CheckpointError, load_checkpoint, predict
+    from m2l_nlp.checkpoint import load_checkpoint, predict
 
-    try:
-        checkpoint = load_checkpoint(args.checkpoint)
-    except CheckpointError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    checkpoint = load_checkpoint(args.checkpoint)  # CheckpointError: reported by main
     probs = predict(args.texts, checkpoint, impl=args.impl)
     for text, p in zip(args.texts, probs, strict=True):
         label = "positive" if p >= 0.5 else "negative"
@@ -448,6 +526,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``m2l-nlp``; returns the exit code."""
+    from m2l_nlp.checkpoint import CheckpointError
     from m2l_nlp.data import DataError, compilation_cache_dir
 
     devices.configure_environment(compilation_cache=compilation_cache_dir())  # before JAX
@@ -460,9 +539,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_train(args)
         if args.command == "predict":
             return cmd_predict(args)
-    except DataError as error:  # no network, a missing or damaged archive: say what to do
+    except (DataError, CheckpointError) as error:  # a missing or damaged file: what to do
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(
+            "\ninterrupted: files are renamed into place only once complete, so nothing "
+            "half-written was left (an older checkpoint or cache stays as it was)",
+            file=sys.stderr,
+        )
+        return 130
     except NotImplementedError as error:
         if getattr(args, "impl", None) != "exercises":
             raise

@@ -3,7 +3,29 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from typing import Any
+
+
+def check_field_types(settings: Any) -> None:
+    """Raise ``ValueError`` if a field of the dataclass ``settings`` does not have the type of
+    its default: a whole number where the default is an ``int``, a number for a ``float``,
+    ``true``/``false`` for a ``bool``, text for a ``str`` (fields defaulting to None, or
+    without a default, are not checked). Values typed on a command line meet this first."""
+    words = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}
+    for field in dataclasses.fields(settings):
+        kind = type(field.default)
+        if kind not in words:
+            continue
+        value = getattr(settings, field.name)
+        if kind is float:  # NumPy numbers count too
+            ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        elif kind is int:
+            ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        else:
+            ok = isinstance(value, kind)
+        if not ok:
+            raise ValueError(f"{field.name} must be {words[kind]}, not {value!r}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -24,6 +46,7 @@ class ClassifierConfig:
     pooling: str = "mean"
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         if self.d_model % self.num_heads:
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})"

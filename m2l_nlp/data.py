@@ -36,6 +36,7 @@ import pandas as pd
 import tokenizers
 
 from m2l_nlp import bigrams, tokenization
+from m2l_nlp.fileio import atomic_file, make_ordinary
 
 IMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
 IMDB_SHA256 = "c40f74a18d3b61f90feba1e17730e0d38e8b97c05fde7008942e91923d1658fe"
@@ -78,6 +79,21 @@ class MissingSourceError(DataError, FileNotFoundError):
     """The local IMDB source named does not exist."""
 
 
+class NotAnArchiveError(DataError):
+    """The file named is neither a .tar nor a .tar.gz archive."""
+
+
+class UnreadableSourceError(DataError):
+    """The local IMDB source exists but cannot be read (permissions, a device error)."""
+
+
+def _unreadable(path: Path, error: OSError) -> UnreadableSourceError:
+    return UnreadableSourceError(
+        f"cannot read {path} ({error.strerror or error}): check that you may read it, or give "
+        "another copy of IMDB"
+    )
+
+
 # --------------------------------------------------------------------------- locations
 
 
@@ -110,22 +126,15 @@ def download_imdb(
     dest = dest_dir / name
     if dest.is_file():
         return dest
-    dest_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest_dir, prefix=f".{name}.", suffix=".part")
-    os.chmod(tmp, 0o644)  # mkstemp makes it private; the final file is an ordinary one
     digest = hashlib.sha256()
-    try:
-        with os.fdopen(fd, "wb") as out:
-            _fetch(url, out, digest, progress=progress, timeout=timeout)
+    with atomic_file(dest) as out:  # renamed only once complete and checked
+        _fetch(url, out, digest, progress=progress, timeout=timeout)
         got = digest.hexdigest()
         if sha256 is not None and got != sha256.lower():
             raise ChecksumError(
                 f"the download of {url} has sha256 {got}, expected {sha256}: it is damaged or "
                 f"not the IMDB archive. Run again to retry, or {_HOW_TO_FIX}"
             )
-        os.replace(tmp, dest)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
     return dest
 
 
@@ -259,6 +268,13 @@ def _read_archive(path: Path) -> dict[tuple[str, str], list[tuple[str, bytes]]]:
             raw.seek(0)
             inner = gzip.GzipFile(fileobj=raw, mode="rb") if is_gzip else raw
             stream = io.BufferedReader(inner, 1 << 22)  # small reads stay in C
+            head = stream.peek(512)[:512]  # a tar starts with a header block marked "ustar"
+            if (len(head) == 512 or not is_gzip) and head[257:262] != b"ustar":
+                inside = ", nor is the gzip data in it a tar" if is_gzip else ""
+                raise NotAnArchiveError(
+                    f"{path} is not a .tar or .tar.gz archive{inside}: give aclImdb_v1.tar.gz "
+                    "or the aclImdb/ folder extracted from it"
+                )
             for key, name, data in _iter_tar(stream):
                 found.setdefault(key, []).append((name, data))
             while stream.read(1 << 22):  # read to the end: checks the gzip CRC and length
@@ -268,6 +284,8 @@ def _read_archive(path: Path) -> dict[tuple[str, str], list[tuple[str, bytes]]]:
             f"{path} is truncated or corrupt ({err}): delete it and download it again, or "
             f"point {SOURCE_ENV} at a good copy"
         ) from err
+    except OSError as err:
+        raise _unreadable(path, err) from err
     return found
 
 
@@ -302,7 +320,8 @@ def _check_layout(found: dict, path: Path) -> None:
         raise DatasetLayoutError(
             f"{path} is not in the aclImdb layout: no reviews in {', '.join(missing)}. Expected "
             "aclImdb/{train,test}/{pos,neg}/*.txt (pos/ and neg/ folders of .txt reviews); "
-            f"give the aclImdb/ folder or the .tar.gz, or unset {SOURCE_ENV} to download IMDB"
+            f"give the aclImdb/ folder or the .tar.gz (with --data or {SOURCE_ENV}), or give "
+            "neither to download IMDB"
         )
 
 
@@ -369,15 +388,8 @@ def fingerprint(path: str | os.PathLike) -> str:
 
 
 def _atomic_savez(path: Path, **arrays: np.ndarray) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.chmod(tmp, 0o644)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    with atomic_file(path) as handle:
+        np.savez(handle, **arrays)
 
 
 def _save_texts(path: Path, parsed: dict[str, tuple[list[str], np.ndarray]]) -> None:
@@ -448,7 +460,10 @@ def _parse_cached(
 
 def _checked_fingerprint(path: Path) -> str:
     """Fingerprint ``path``; the official download must also match its published sha256."""
-    key = fingerprint(path)
+    try:
+        key = fingerprint(path)
+    except OSError as err:
+        raise _unreadable(path, err) from err
     if path.is_file() and path.parent == DATA_DIR and path.name == "aclImdb_v1.tar.gz":
         if key != IMDB_SHA256:
             raise ChecksumError(
@@ -478,7 +493,7 @@ def extract_imdb(archive: str | os.PathLike, dest: str | os.PathLike) -> Path:
         raise FileExistsError(f"{final} already exists: delete it first or choose another dest")
     dest.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=dest, prefix=".aclImdb-"))
-    tmp.chmod(0o755)
+    make_ordinary(tmp)
     try:
         found = _read_archive(archive)
         _check_layout(found, archive)
@@ -579,6 +594,8 @@ def prepare_imdb(
             return _load_prepared(folder)
         except Exception:  # damaged: rebuild
             shutil.rmtree(folder, ignore_errors=True)
+    elif use_cache and folder.exists():  # files deleted by hand (caches appear complete)
+        shutil.rmtree(folder, ignore_errors=True)
 
     parsed = _parse_cached(path, cache_dir=cache_dir, use_cache=use_cache, key=data_key)
     train_df, test_df = (_frame(*parsed[split], seed=seed) for split in SPLITS)
@@ -616,7 +633,7 @@ def prepare_imdb(
 def _save_prepared(folder: Path, data: PreparedData, settings: dict) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}-"))
-    tmp.chmod(0o755)
+    make_ordinary(tmp)
     try:
         small = data.vocab_size <= np.iinfo(np.uint16).max
         arrays = {}

@@ -1,33 +1,58 @@
 """Atomic file writes: a temporary file in the same folder, renamed over the target at the end.
 
-A reader never sees a half-written file, and a failed write leaves the old file as it was.
+A reader never sees a half-written file, and a failed or interrupted write leaves the old file
+as it was.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` (UTF-8, newlines as given) to ``path`` atomically; returns the path."""
+def umask() -> int:
+    """The process umask (read by setting it and putting it back)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def make_ordinary(path: str | os.PathLike) -> None:
+    """Give a file or folder made by ``tempfile`` (private to its owner) the permissions that
+    ``open`` or ``mkdir`` would have given it, before it is renamed to its final name."""
+    base = 0o777 if Path(path).is_dir() else 0o666
+    os.chmod(path, base & ~umask())
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike, mode: str = "wb", **open_kwargs: Any) -> Iterator[IO]:
+    """``with atomic_file(path) as handle:`` write to ``handle``; ``path`` appears, complete,
+    when the block ends, and not at all if it raises (parent folders are created)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; the result is an ordinary file
+        with os.fdopen(fd, mode, **open_kwargs) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())  # the bytes are on disk before the name points at them
+        make_ordinary(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return path
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` (UTF-8, newlines as given) to ``path`` atomically; returns the path."""
+    with atomic_file(path, "w", encoding="utf-8", newline="") as handle:
+        handle.write(text)
+    return Path(path)
 
 
 def write_json_atomic(path: str | os.PathLike, value: Any) -> Path:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from matplotlib.figure import Figure
+
+from m2l_nlp.fileio import atomic_file
 
 SENTIMENT_LABELS = ("neg", "pos")
 
@@ -268,27 +269,11 @@ def plot_confusion_matrix(
     return fig
 
 
-def _umask() -> int:
-    """The process umask (read by setting and restoring it)."""
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def save_figure(fig: Figure, path: str | os.PathLike[str], dpi: int = 120) -> Path:
     """Write ``fig`` as a PNG at ``path`` atomically (temporary file, then rename).
 
     Parent folders are created. Returns the path written.
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            fig.savefig(handle, format="png", dpi=dpi)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    with atomic_file(path) as handle:
+        fig.savefig(handle, format="png", dpi=dpi)
+    return Path(path)

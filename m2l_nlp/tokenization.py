@@ -21,6 +21,7 @@ PAD_ID = 0
 PAD_TOKEN = "[PAD]"
 UNK_TOKEN = "[UNK]"
 SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]", UNK_TOKEN)
+MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + 1  # the special tokens and at least one of the text
 
 
 def new_tokenizer() -> Tokenizer:
@@ -39,8 +40,8 @@ def train_tokenizer(
     The vocabulary can come out smaller than ``vocab_size`` on a small corpus; use
     ``tokenizer.get_vocab_size()`` for the model's embedding table.
     """
-    if vocab_size < len(SPECIAL_TOKENS) + 1:
-        raise ValueError(f"vocab_size must be at least {len(SPECIAL_TOKENS) + 1}, not {vocab_size}")
+    if vocab_size < MIN_VOCAB_SIZE:
+        raise ValueError(f"vocab_size must be at least {MIN_VOCAB_SIZE}, not {vocab_size}")
     texts = _as_text_list(texts)
     if not texts:
         raise ValueError("train_tokenizer needs at least one text")

@@ -38,7 +38,7 @@ import optax
 from tqdm.auto import tqdm
 
 from m2l_nlp import devices
-from m2l_nlp.config import ClassifierConfig
+from m2l_nlp.config import ClassifierConfig, check_field_types
 from m2l_nlp.impl import load_practical
 
 PRACTICAL = "practical2_transformers"
@@ -136,6 +136,7 @@ class TrainSettings:
     seed: int = 0
 
     def __post_init__(self) -> None:
+        check_field_types(self)
         for name in ("epochs", "batch_size", "crop_len", "eval_every", "eval_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")

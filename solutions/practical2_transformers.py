@@ -288,7 +288,8 @@ class PositionwiseFeedForward(hk.Module):
 # The residual connection (`x + ...`) lets the signal and the gradient pass through a
 # deep stack unchanged; the layer norm keeps the scale of `x` steady.
 # With `return_attention=True` the block also returns its attention weights, which the
-# encoder uses to draw attention maps.
+# encoder uses to draw attention maps. Hand `is_train` on to the feed-forward sub-layer: its
+# own default is `True`, so without it dropout would also run in evaluation.
 
 
 # %%

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 
 import jax
 import numpy as np
@@ -71,6 +72,75 @@ def test_save_replaces_atomically_and_cleans_up_on_failure(tmp_path, params, con
         ck.save_checkpoint(path, params, config, Broken(), {"run": 3})
     assert ck.load_checkpoint(path).meta == {"run": 2}  # the old checkpoint is intact
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_an_interrupted_replace_keeps_the_old_checkpoint(
+    tmp_path, params, config, tokenizer, monkeypatch
+):
+    """Ctrl-C between moving the old checkpoint aside and renaming the new one into place:
+    the old one is put back, and nothing else is left in the folder."""
+    path = ck.save_checkpoint(tmp_path / "ckpt", params, config, tokenizer, {"run": 1})
+    real_replace = ck.os.replace
+
+    def interrupted(src, dst):
+        if str(src).endswith(".tmp"):  # the new checkpoint's rename
+            raise KeyboardInterrupt
+        real_replace(src, dst)
+
+    monkeypatch.setattr(ck.os, "replace", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        ck.save_checkpoint(path, params, config, tokenizer, {"run": 2})
+    monkeypatch.undo()
+    assert ck.load_checkpoint(path).meta == {"run": 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+
+def test_checkpoint_folder_gets_ordinary_permissions(tmp_path, params, config, tokenizer):
+    """tempfile makes the folder private (0700); the checkpoint is an ordinary folder."""
+    path = ck.save_checkpoint(tmp_path / "ckpt", params, config, tokenizer)
+    mask = os.umask(0)
+    os.umask(mask)
+    assert path.stat().st_mode & 0o777 == 0o777 & ~mask
+
+
+@pytest.mark.parametrize(
+    ("file", "damage"),
+    [
+        (ck.CONFIG_FILE, lambda text: text[: len(text) // 2]),
+        (ck.CONFIG_FILE, lambda text: text.replace("{", '{"colour": "red", ', 1)),
+        (ck.TOKENIZER_FILE, lambda text: "not a tokenizer"),
+        (ck.META_FILE, lambda text: text[:-3]),
+        (ck.PARAMS_FILE, None),
+    ],
+    ids=["truncated config", "unknown setting", "tokenizer", "meta", "truncated params"],
+)
+def test_a_damaged_file_is_a_checkpoint_error(tmp_path, params, config, tokenizer, file, damage):
+    path = ck.save_checkpoint(tmp_path / "ckpt", params, config, tokenizer, {"run": 1})
+    target = path / file
+    if damage is None:
+        target.write_bytes(target.read_bytes()[:100])
+    else:
+        target.write_text(damage(target.read_text()))
+    with pytest.raises(ck.CheckpointError, match=f"{file} is damaged"):
+        ck.load_checkpoint(path)
+
+
+def test_params_that_do_not_fit_the_model_are_refused_before_predicting(
+    tmp_path, params, config, tokenizer, capsys
+):
+    """config.json edited to another d_ff or another number of layers: a clear error."""
+    from m2l_nlp import cli
+
+    path = ck.save_checkpoint(tmp_path / "ckpt", params, config, tokenizer)
+    for change, message in (
+        ({"d_ff": 48}, r"has shape \(8, 16\), the model wants \(8, 48\)"),
+        ({"num_layers": 2}, r"block_1.* is missing"),
+    ):
+        (path / ck.CONFIG_FILE).write_text(json.dumps(dict(config.to_dict(), **change)))
+        with pytest.raises(ck.CheckpointError, match=message):
+            ck.predict("good", path)
+        assert cli.main(["predict", "good", "--checkpoint", str(path)]) == 2
+        assert "do not belong together" in capsys.readouterr().err
 
 
 def test_load_refuses_a_mismatched_config(tmp_path, params, config, tokenizer):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -58,7 +59,7 @@ def test_unusable_data_is_an_error_message_not_a_traceback(tmp_path, capsys):
     (tmp_path / "bad.tar.gz").write_bytes(b"not an archive")
     args = ["train", "--data", str(tmp_path / "bad.tar.gz"), "--cache-dir", str(tmp_path)]
     assert cli.main(args) == 2
-    assert "corrupt" in capsys.readouterr().err
+    assert "is not a .tar or .tar.gz archive" in capsys.readouterr().err
 
 
 def test_predict_without_checkpoint_says_what_to_do(tmp_path, capsys):
@@ -220,3 +221,52 @@ def test_no_test_run_reports_validation_only(tmp_path, capsys):
     assert "crop_len" in capsys.readouterr().err
     assert cli.main([*args, "--no-test", "--val-size", "0"]) == 2
     assert "needs a validation split" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--set", "vocab_size=-5"], "vocab_size must be at least 6"),
+        (["--set", "seq_len=0"], "seq_len must be at least 1"),
+        (["--set", "bigram_tokens=-1"], "bigram_tokens must be at least 0"),
+        (["--set", "final_fit=1"], "final_fit must be true or false"),
+        (["--set", "train.epochs=2.5"], "epochs must be a whole number, not 2.5"),
+        (["--set", "train.learning_rate=abc"], "learning_rate must be a number, not 'abc'"),
+        (["--set", "model.d_model=32.0"], "d_model must be a whole number"),
+        (["--out", "FILE"], "is a file, not a folder: choose another folder with --out"),
+        (["--cache-dir", "FILE"], "choose another folder with --cache-dir"),
+        (["--model", "bow-mlp", "--no-test"], "--no-test applies only to the transformer"),
+        (["--model", "lstm", "--preset", "demo", "--set", "x=1"], "--preset, --set apply only"),
+        (["--model", "bow-mlp", "--out", "FILE"], "choose another folder with --out"),
+    ],
+)
+def test_bad_settings_are_refused_before_the_data_is_read(tmp_path, capsys, extra, message):
+    """Each is an error message (exit status 2) and not a traceback after minutes of work:
+    the data source does not even exist, so reading it would be another error."""
+    (tmp_path / "FILE").write_text("not a folder")
+    extra = [str(tmp_path / "FILE") if e == "FILE" else e for e in extra]
+    args = ["train", "--data", str(tmp_path / "nothing-here"), "--no-progress"]
+    assert cli.main([*args, "--cache-dir", str(tmp_path / "cache"), *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("option", ["--epochs", "--seed"])
+def test_counts_must_not_be_negative(capsys, option):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.main(["train", option, "-2"])
+    assert exit_info.value.code == 2
+    assert f"argument {option}: must be" in capsys.readouterr().err
+
+
+def test_a_validation_run_writes_beside_the_test_run():
+    assert cli.default_out("default", no_test=False) == Path("runs/default")
+    assert cli.default_out("default", no_test=True) == Path("runs/default-val")
+
+
+def test_ctrl_c_is_a_message_and_status_130(monkeypatch, capsys):
+    def interrupted(_args):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "cmd_predict", interrupted)
+    assert cli.main(["predict", "fine"]) == 130
+    assert "interrupted" in capsys.readouterr().err

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import io
 import os
@@ -213,10 +214,22 @@ def test_corrupt_archive(archive, tmp_path):
     bad.write_bytes(bytes(raw))
     with pytest.raises(data.CorruptArchiveError, match="download it again"):
         data.load_imdb(bad)
+
+
+def test_a_file_that_is_no_archive_is_named_so(tmp_path):
+    """Not "download it again" (it may be the user's own file): it is not an archive."""
     junk = tmp_path / "junk.tar.gz"
     junk.write_bytes(os.urandom(5000))
-    with pytest.raises(data.CorruptArchiveError):
-        data.load_imdb(junk)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    zipped = tmp_path / "notes.gz"
+    zipped.write_bytes(gzip.compress(b"not a tar " * 100))
+    for path in (junk, notes, tmp_path / "empty.tar"):
+        path.touch()
+        with pytest.raises(data.NotAnArchiveError, match=r"is not a \.tar or \.tar\.gz archive:"):
+            data.load_imdb(path)
+    with pytest.raises(data.NotAnArchiveError, match="nor is the gzip data in it a tar"):
+        data.load_imdb(zipped)
 
 
 def test_corrupt_tar_header(tmp_path):
@@ -310,6 +323,12 @@ def test_prepare_imdb_encodes_and_reuses_the_cache(monkeypatch, tmp_path):
     other = data.prepare_imdb(data.SMALL_DATA, vocab_size=400, seq_len=32, cache_dir=cache)
     assert not other.from_cache and len(trained) == 2  # other settings: another cache entry
     assert _leftovers(cache) == []
+
+    (second.cache_path / "arrays.npz").unlink()  # emptied by hand: rebuilt, and saved again
+    third = data.prepare_imdb(data.SMALL_DATA, vocab_size=400, seq_len=64, cache_dir=cache)
+    assert not third.from_cache and (third.cache_path / "arrays.npz").is_file()
+    fourth = data.prepare_imdb(data.SMALL_DATA, vocab_size=400, seq_len=64, cache_dir=cache)
+    assert fourth.from_cache and len(trained) == 3
 
 
 def test_prepare_imdb_without_cache_writes_nothing(tmp_path):

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from m2l_nlp.fileio import write_json_atomic, write_text_atomic
+from m2l_nlp.fileio import atomic_file, write_json_atomic, write_text_atomic
 
 
 def test_write_text_creates_folders_and_leaves_no_temporary_file(tmp_path):
@@ -27,3 +27,15 @@ def test_a_failed_write_keeps_the_old_file_and_raises(tmp_path):
         write_text_atomic(target, b"bytes are not text")  # fails while writing
     assert json.loads(target.read_text()) == {"score": 1}
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+def test_an_interrupted_binary_write_leaves_the_old_file(tmp_path):
+    """Ctrl-C inside ``with atomic_file(...)``: the old bytes stay, no temporary is left."""
+    target = tmp_path / "arrays.bin"
+    with atomic_file(target) as handle:
+        handle.write(b"old")
+    with pytest.raises(KeyboardInterrupt), atomic_file(target) as handle:
+        handle.write(b"new, but cut short")
+        raise KeyboardInterrupt
+    assert target.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["arrays.bin"]

@@ -590,8 +590,12 @@ MASKED_SCORE = "jnp.finfo(scores.dtype).min)"
             [("scores - jax.lax.stop_gradient(scores.max(axis=-1, keepdims=True))", "scores")],
             "overflows float32",
         ),
+        (
+            [("jnp.matmul(q, jnp.swapaxes(k, -1, -2))", "jnp.matmul(q, k.T)")],
+            "jnp.swapaxes(k, -1, -2)",
+        ),
     ],
-    ids=["no scaling", "scaled by d_k", "softmax over queries", "masked with 0", "no max"],
+    ids=["no scaling", "scaled by d_k", "softmax over queries", "masked with 0", "no max", "k.T"],
 )
 def test_attention_hints_name_the_slip(tmp_path, edits, hint):
     """The first failure's hint fits the mistake made (not a fixed list of suspects)."""

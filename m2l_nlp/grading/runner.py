@@ -219,6 +219,11 @@ _HINTS = (
         "a layer got inputs of another size than the reference's layer (its weights were "
         "made for that size): check what you feed it, e.g. the pooling or a concatenation",
     ),
+    (
+        "Incompatible types for matmul",
+        "check the shapes you multiply (print x.shape); with leading axes, `.T` reverses all "
+        "of them: swap only the last two, jnp.swapaxes(k, -1, -2)",
+    ),
     ("Incompatible shapes for broadcasting", "check the shapes you combine (print x.shape)"),
     ("could not broadcast", "check the shapes you combine (print x.shape)"),
 )
