@@ -383,7 +383,7 @@ def cli_train(args: Any) -> int:
         f"  true pos  {c[1, 0]:8d}  {c[1, 1]:8d}"
     )
     print(f"total time: {elapsed:.0f}s")
-    out = Path(args.out or Path("runs") / args.model)
+    out = Path(args.out or Path("runs") / args.model)  # the CLI fills it in beforehand
     out.mkdir(parents=True, exist_ok=True)
     metrics = {
         "model": args.model,

@@ -101,12 +101,12 @@ def save_checkpoint(
             os.replace(path, old / path.name)
         os.replace(tmp, path)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
         if old is not None and (old / path.name).exists() and not path.exists():
             os.replace(old / path.name, path)  # interrupted between the renames: put it back
+        shutil.rmtree(tmp, ignore_errors=True)
         raise
     finally:
-        if old is not None:
+        if old is not None and path.exists():  # else the old one stays, hidden, for recovery
             shutil.rmtree(old, ignore_errors=True)
     return path
 
@@ -129,6 +129,10 @@ def _reading(file: Path) -> Iterator[None]:
         yield
     except CheckpointError:
         raise
+    except PermissionError as error:
+        raise CheckpointError(
+            f"cannot read {file} ({error.strerror}): check that you may read the checkpoint"
+        ) from error
     except Exception as error:  # noqa: BLE001 - JSON, zip, tokenizer and config errors alike
         raise CheckpointError(
             f"{file} is damaged ({type(error).__name__}: {error}): this checkpoint cannot be "
@@ -136,9 +140,11 @@ def _reading(file: Path) -> Iterator[None]:
         ) from error
 
 
-def check_params_fit(params: Any, model: Any, config: ClassifierConfig) -> None:
+def check_params_fit(
+    params: Any, model: Any, config: ClassifierConfig, impl: str = "solutions"
+) -> None:
     """Raise :class:`CheckpointError` unless ``params`` have exactly the names and shapes that
-    ``model`` (built from ``config``) creates."""
+    ``model`` (built from ``config`` with the code of ``impl``) creates."""
     import jax
 
     from m2l_nlp import training
@@ -161,9 +167,18 @@ def check_params_fit(params: Any, model: Any, config: ClassifierConfig) -> None:
         shown = "; ".join(problems[:3]) + (
             f"; and {len(problems) - 3} more" if problems[3:] else ""
         )
+        if impl != "solutions":
+            advice = (
+                f"the model code of {impl}/ names or sizes its parameters otherwise than the "
+                "code the checkpoint was trained with; use the same --impl for both"
+            )
+        else:
+            advice = (
+                "the files of this checkpoint do not belong together; retrain or restore "
+                "config.json"
+            )
         raise CheckpointError(
-            f"the saved parameters do not fit the model of the saved config ({shown}): the "
-            "files of this checkpoint do not belong together; retrain or restore config.json"
+            f"the saved parameters do not fit the model of the saved config ({shown}): {advice}"
         )
 
 
@@ -256,7 +271,7 @@ def predict(
             ids, mask, table, base, checkpoint.bigram_mode, config.max_len
         )
     model = training.build_model(config, impl)
-    check_params_fit(checkpoint.params, model, config)
+    check_params_fit(checkpoint.params, model, config, impl)
     data = training.put_data(ids, mask, np.zeros(len(texts), np.int32))
     window = checkpoint.meta.get("settings", {}).get("crop_len")  # as in training
     logits = training.predict_logits(

@@ -264,8 +264,10 @@ def _train_baseline(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    out = Path(args.out or Path("runs") / args.model)
-    problem = unwritable(out, "--out") or unwritable(_cache_root(args.cache_dir), "--cache-dir")
+    args.out = args.out or str(Path("runs") / args.model)  # checked here, written there
+    problem = unwritable(Path(args.out), "--out") or unwritable(
+        _cache_root(args.cache_dir), "--cache-dir"
+    )
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
@@ -297,9 +299,14 @@ def default_out(name: str, no_test: bool) -> Path:
 def unwritable(folder: Path, option: str) -> str | None:
     """Why files could not be written in ``folder``, or None if they could (nothing is
     created: the nearest folder that exists is checked, where the rest would be made)."""
-    existing = folder
-    while not existing.exists():
-        existing = existing.parent
+    existing = folder.absolute()
+    try:
+        while not existing.exists() and existing.parent != existing:
+            existing = existing.parent
+    except OSError as error:  # e.g. a parent we may not look into
+        return (
+            f"cannot use {folder} ({error.strerror or error}): choose another folder with {option}"
+        )
     if not existing.is_dir():
         return f"{existing} is a file, not a folder: choose another folder with {option}"
     if not os.access(existing, os.W_OK | os.X_OK):
@@ -337,7 +344,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     try:
         preset = override_preset(PRESETS[args.preset], args.set)
-    except ValueError as error:
+    except (TypeError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     settings_kw = dict(preset.train, seed=args.seed)

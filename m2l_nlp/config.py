@@ -4,21 +4,23 @@ from __future__ import annotations
 
 import dataclasses
 import numbers
+import typing
 from typing import Any
 
 
 def check_field_types(settings: Any) -> None:
-    """Raise ``ValueError`` if a field of the dataclass ``settings`` does not have the type of
-    its default: a whole number where the default is an ``int``, a number for a ``float``,
-    ``true``/``false`` for a ``bool``, text for a ``str`` (fields defaulting to None, or
-    without a default, are not checked). Values typed on a command line meet this first."""
+    """Raise ``ValueError`` if a field of the dataclass ``settings`` does not hold the type
+    it is declared with: a whole number for ``int``, a number for ``float`` (NumPy numbers
+    count), ``true``/``false`` for ``bool``, text for ``str``. Other declarations (``dict``,
+    ``int | None``, ...) are not checked. Values typed on a command line meet this first."""
     words = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}
+    hints = typing.get_type_hints(type(settings))
     for field in dataclasses.fields(settings):
-        kind = type(field.default)
+        kind = hints.get(field.name)
         if kind not in words:
             continue
         value = getattr(settings, field.name)
-        if kind is float:  # NumPy numbers count too
+        if kind is float:
             ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
         elif kind is int:
             ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)

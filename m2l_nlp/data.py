@@ -208,6 +208,15 @@ def _octal(field: bytes) -> int:
     return int(field, 8) if field else 0
 
 
+def _header_checksum_ok(header: bytes) -> bool:
+    """Whether a 512-byte tar header block carries its own checksum (any tar format)."""
+    try:
+        stored = _octal(header[148:156])
+    except ValueError:  # not octal digits: not a tar header
+        return False
+    return stored == sum(header) - sum(header[148:156]) + 256
+
+
 def _iter_tar(stream: io.BufferedIOBase) -> Iterator[tuple[tuple[str, str], str, bytes]]:
     """Yield ``((split, label), name, data)`` for the labeled reviews of a tar stream.
 
@@ -222,8 +231,7 @@ def _iter_tar(stream: io.BufferedIOBase) -> Iterator[tuple[tuple[str, str], str,
             raise EOFError("the archive ends in the middle of a header")
         if header.count(0) == 512:
             return
-        stored = _octal(header[148:156])
-        if stored != sum(header) - sum(header[148:156]) + 256:
+        if not _header_checksum_ok(header):
             raise ValueError("a tar header has a wrong checksum")
         size = _octal(header[124:136])
         kind = header[156:157]
@@ -268,9 +276,14 @@ def _read_archive(path: Path) -> dict[tuple[str, str], list[tuple[str, bytes]]]:
             raw.seek(0)
             inner = gzip.GzipFile(fileobj=raw, mode="rb") if is_gzip else raw
             stream = io.BufferedReader(inner, 1 << 22)  # small reads stay in C
-            head = stream.peek(512)[:512]  # a tar starts with a header block marked "ustar"
-            if (len(head) == 512 or not is_gzip) and head[257:262] != b"ustar":
-                inside = ", nor is the gzip data in it a tar" if is_gzip else ""
+            head = stream.peek(512)[:512]  # a tar starts with a header block
+            tar = head[257:262] == b"ustar" or _header_checksum_ok(head)  # ustar, or v7
+            if (len(head) == 512 or not is_gzip) and not tar:
+                inside = ""
+                if is_gzip:  # a damaged archive fails its gzip check on the way to the end
+                    while stream.read(1 << 22):
+                        pass
+                    inside = ", nor is the gzip data in it a tar"
                 raise NotAnArchiveError(
                     f"{path} is not a .tar or .tar.gz archive{inside}: give aclImdb_v1.tar.gz "
                     "or the aclImdb/ folder extracted from it"
@@ -594,7 +607,9 @@ def prepare_imdb(
             return _load_prepared(folder)
         except Exception:  # damaged: rebuild
             shutil.rmtree(folder, ignore_errors=True)
-    elif use_cache and folder.exists():  # files deleted by hand (caches appear complete)
+    elif use_cache and folder.exists() and not (folder / "arrays.npz").is_file():
+        # Emptied by hand: caches only ever appear complete (renamed into place), so this is
+        # not another process's work in progress. Rebuilt below, and saved again.
         shutil.rmtree(folder, ignore_errors=True)
 
     parsed = _parse_cached(path, cache_dir=cache_dir, use_cache=use_cache, key=data_key)

@@ -31,13 +31,13 @@ def configure_environment(
     ``JAX_COMPILATION_CACHE_MAX_SIZE=compilation_cache_max_bytes``, so that the cache does
     not grow without end (JAX then drops the least recently used programs; it needs the
     ``filelock`` package for that, and without it the cache stays unbounded). A value the
-    user already set wins, for each; an empty ``JAX_COMPILATION_CACHE_DIR`` turns the cache
-    off.
+    user already set wins, for each; a cache folder the user set is not bounded by us, and
+    an empty ``JAX_COMPILATION_CACHE_DIR`` turns the cache off.
     """
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    if compilation_cache is not None:
-        os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", os.fspath(compilation_cache))
-        if _has_filelock():
+    if compilation_cache is not None and "JAX_COMPILATION_CACHE_DIR" not in os.environ:
+        os.environ["JAX_COMPILATION_CACHE_DIR"] = os.fspath(compilation_cache)
+        if _has_filelock():  # a folder the user chose is theirs to bound
             os.environ.setdefault(
                 "JAX_COMPILATION_CACHE_MAX_SIZE", str(int(compilation_cache_max_bytes))
             )

@@ -16,7 +16,15 @@ from typing import IO, Any
 
 
 def umask() -> int:
-    """The process umask (read by setting it and putting it back)."""
+    """The process umask: read from ``/proc`` where there is one, else by setting it and
+    putting it back (which other threads could notice for an instant)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except OSError:
+        pass
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -37,7 +45,12 @@ def atomic_file(path: str | os.PathLike, mode: str = "wb", **open_kwargs: Any) -
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, mode, **open_kwargs) as handle:
+        try:
+            handle = os.fdopen(fd, mode, **open_kwargs)
+        except BaseException:
+            os.close(fd)  # fdopen did not take it over
+            raise
+        with handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())  # the bytes are on disk before the name points at them

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from pathlib import Path
 
 import jax
 import numpy as np
@@ -93,6 +94,18 @@ def test_an_interrupted_replace_keeps_the_old_checkpoint(
     monkeypatch.undo()
     assert ck.load_checkpoint(path).meta == {"run": 1}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+
+    def restore_fails(src, dst):
+        if str(src).endswith(".tmp") or Path(dst) == path:
+            raise KeyboardInterrupt  # the new rename, then putting the old one back
+        real_replace(src, dst)
+
+    monkeypatch.setattr(ck.os, "replace", restore_fails)
+    with pytest.raises(KeyboardInterrupt):
+        ck.save_checkpoint(path, params, config, tokenizer, {"run": 3})
+    monkeypatch.undo()
+    (kept,) = [p for p in tmp_path.iterdir() if p.name.endswith(".old")]  # not deleted
+    assert ck.load_checkpoint(kept / "ckpt").meta == {"run": 1}
 
 
 def test_checkpoint_folder_gets_ordinary_permissions(tmp_path, params, config, tokenizer):

@@ -233,6 +233,9 @@ def test_no_test_run_reports_validation_only(tmp_path, capsys):
         (["--set", "train.epochs=2.5"], "epochs must be a whole number, not 2.5"),
         (["--set", "train.learning_rate=abc"], "learning_rate must be a number, not 'abc'"),
         (["--set", "model.d_model=32.0"], "d_model must be a whole number"),
+        (["--set", "vocab_size=abc"], "vocab_size must be a whole number, not 'abc'"),
+        (["--set", "seq_len=null"], "seq_len must be a whole number, not None"),
+        (["--set", "val_size=2.5"], "val_size must be a whole number, not 2.5"),
         (["--out", "FILE"], "is a file, not a folder: choose another folder with --out"),
         (["--cache-dir", "FILE"], "choose another folder with --cache-dir"),
         (["--model", "bow-mlp", "--no-test"], "--no-test applies only to the transformer"),
@@ -270,3 +273,18 @@ def test_ctrl_c_is_a_message_and_status_130(monkeypatch, capsys):
     monkeypatch.setattr(cli, "cmd_predict", interrupted)
     assert cli.main(["predict", "fine"]) == 130
     assert "interrupted" in capsys.readouterr().err
+
+
+def test_unwritable_reports_a_folder_it_may_not_look_into(tmp_path, monkeypatch):
+    """Path.exists() raises PermissionError under a folder we may not enter: a message."""
+    real_exists = Path.exists
+
+    def exists(self):
+        if self.name == "locked":
+            raise PermissionError(13, "Permission denied")
+        return real_exists(self)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    problem = cli.unwritable(tmp_path / "locked" / "a" / "b", "--out")
+    assert problem and "Permission denied" in problem and "--out" in problem
+    assert cli.unwritable(tmp_path / "new" / "run", "--out") is None

@@ -32,10 +32,12 @@ def test_configure_environment_sets_the_compilation_cache_unless_the_user_did(
     devices.configure_environment(compilation_cache=tmp_path)
     assert os.environ["JAX_COMPILATION_CACHE_DIR"] == "/somewhere/else"
     assert os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] == "123"
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_MAX_SIZE")
+    devices.configure_environment(compilation_cache=tmp_path)  # the user's folder: no bound
+    assert "JAX_COMPILATION_CACHE_MAX_SIZE" not in os.environ
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR")
     devices.configure_environment()  # no cache asked for: nothing set
     assert "JAX_COMPILATION_CACHE_DIR" not in os.environ
-    monkeypatch.delenv("JAX_COMPILATION_CACHE_MAX_SIZE", raising=False)
     devices.configure_environment(compilation_cache=tmp_path)
     assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path)
     assert os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] == str(devices.COMPILATION_CACHE_MAX_BYTES)

@@ -226,6 +226,7 @@ _HINTS = (
     ),
     ("Incompatible shapes for broadcasting", "check the shapes you combine (print x.shape)"),
     ("could not broadcast", "check the shapes you combine (print x.shape)"),
+    ("could not be broadcast", "check the shapes you combine (print x.shape)"),
 )
 
 
