@@ -52,14 +52,17 @@ class CheckpointError(ValueError):
     """A checkpoint is missing, incomplete, or does not match what the caller expects."""
 
 
-def _flatten(params: Any) -> dict[str, np.ndarray]:
-    flat = {}
+def _flat_items(params: Any) -> Iterator[tuple[str, Any]]:
+    """``("<module>/<name>", leaf)`` for every parameter of a haiku params dict."""
     for module, leaves in params.items():
         for name, value in leaves.items():
             if SEP in name:
                 raise ValueError(f"parameter name {name!r} contains {SEP!r}")
-            flat[f"{module}{SEP}{name}"] = np.asarray(value)
-    return flat
+            yield f"{module}{SEP}{name}", value
+
+
+def _flatten(params: Any) -> dict[str, np.ndarray]:
+    return {key: np.asarray(value) for key, value in _flat_items(params)}
 
 
 def _unflatten(flat: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
@@ -152,10 +155,8 @@ def check_params_fit(
     wanted = jax.eval_shape(  # shapes only: nothing is computed
         lambda key: training.init_params(model, key, config), jax.random.PRNGKey(0)
     )
-    want = {
-        f"{m}{SEP}{n}": tuple(v.shape) for m, leaves in wanted.items() for n, v in leaves.items()
-    }
-    have = {key: tuple(np.shape(v)) for key, v in _flatten(params).items()}
+    want = {key: tuple(v.shape) for key, v in _flat_items(wanted)}
+    have = {key: tuple(np.shape(v)) for key, v in _flat_items(params)}
     problems = [f"{k} is missing" for k in sorted(want.keys() - have.keys())]
     problems += [f"{k} is not part of this model" for k in sorted(have.keys() - want.keys())]
     problems += [

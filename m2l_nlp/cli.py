@@ -265,11 +265,7 @@ def _train_baseline(args: argparse.Namespace) -> int:
         )
         return 2
     args.out = args.out or str(Path("runs") / args.model)  # checked here, written there
-    problem = unwritable(Path(args.out), "--out") or unwritable(
-        _cache_root(args.cache_dir), "--cache-dir"
-    )
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
+    if _refuse_output_folders(Path(args.out), args.cache_dir):
         return 2
     from m2l_nlp.baselines import cli_train
 
@@ -316,10 +312,16 @@ def unwritable(folder: Path, option: str) -> str | None:
     return None
 
 
-def _cache_root(cache_dir: str | None) -> Path:
+def _refuse_output_folders(out: Path, cache_dir: str | None) -> bool:
+    """Print an error and return True if ``out`` or the data cache cannot be written: found
+    before the data load, not after the training it would have thrown away."""
     from m2l_nlp.data import default_cache_dir
 
-    return Path(cache_dir) if cache_dir else default_cache_dir()
+    cache = Path(cache_dir) if cache_dir else default_cache_dir()
+    problem = unwritable(out, "--out") or unwritable(cache, "--cache-dir")
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+    return problem is not None
 
 
 def _data_source(data: str | None) -> str | None:
@@ -362,9 +364,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     out = Path(args.out or default_out(args.preset, args.no_test))
-    problem = unwritable(out, "--out") or unwritable(_cache_root(args.cache_dir), "--cache-dir")
-    if problem:  # found now, not after the training it would have thrown away
-        print(f"error: {problem}", file=sys.stderr)
+    if _refuse_output_folders(out, args.cache_dir):
         return 2
     progress = not args.no_progress
     print(f"devices: {devices.describe_devices()}")

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import numbers
 import typing
 from typing import Any
+
+
+@functools.cache
+def _declared_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)  # evaluates the annotations: once per class
 
 
 def check_field_types(settings: Any) -> None:
@@ -14,7 +20,7 @@ def check_field_types(settings: Any) -> None:
     count), ``true``/``false`` for ``bool``, text for ``str``. Other declarations (``dict``,
     ``int | None``, ...) are not checked. Values typed on a command line meet this first."""
     words = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}
-    hints = typing.get_type_hints(type(settings))
+    hints = _declared_types(type(settings))
     for field in dataclasses.fields(settings):
         kind = hints.get(field.name)
         if kind not in words:

@@ -268,6 +268,23 @@ def _skip(stream: io.BufferedIOBase, n: int) -> None:
         n -= len(chunk)
 
 
+def _refuse_non_tar(stream: io.BufferedReader, is_gzip: bool, path: Path) -> None:
+    """Raise :class:`NotAnArchiveError` unless ``stream`` starts with a tar header block
+    (ustar magic, or a v7 header's checksum); a short gzip stream is left to the parser."""
+    head = stream.peek(512)[:512]
+    if (is_gzip and len(head) < 512) or head[257:262] == b"ustar" or _header_checksum_ok(head):
+        return
+    inside = ""
+    if is_gzip:  # a damaged archive fails its gzip check on the way to the end
+        while stream.read(1 << 22):
+            pass
+        inside = ", nor is the gzip data in it a tar"
+    raise NotAnArchiveError(
+        f"{path} is not a .tar or .tar.gz archive{inside}: give aclImdb_v1.tar.gz or the "
+        "aclImdb/ folder extracted from it"
+    )
+
+
 def _read_archive(path: Path) -> dict[tuple[str, str], list[tuple[str, bytes]]]:
     found: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
     try:
@@ -276,18 +293,7 @@ def _read_archive(path: Path) -> dict[tuple[str, str], list[tuple[str, bytes]]]:
             raw.seek(0)
             inner = gzip.GzipFile(fileobj=raw, mode="rb") if is_gzip else raw
             stream = io.BufferedReader(inner, 1 << 22)  # small reads stay in C
-            head = stream.peek(512)[:512]  # a tar starts with a header block
-            tar = head[257:262] == b"ustar" or _header_checksum_ok(head)  # ustar, or v7
-            if (len(head) == 512 or not is_gzip) and not tar:
-                inside = ""
-                if is_gzip:  # a damaged archive fails its gzip check on the way to the end
-                    while stream.read(1 << 22):
-                        pass
-                    inside = ", nor is the gzip data in it a tar"
-                raise NotAnArchiveError(
-                    f"{path} is not a .tar or .tar.gz archive{inside}: give aclImdb_v1.tar.gz "
-                    "or the aclImdb/ folder extracted from it"
-                )
+            _refuse_non_tar(stream, is_gzip, path)
             for key, name, data in _iter_tar(stream):
                 found.setdefault(key, []).append((name, data))
             while stream.read(1 << 22):  # read to the end: checks the gzip CRC and length

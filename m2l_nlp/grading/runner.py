@@ -191,42 +191,38 @@ def run_check(
         check.func(ctx)
 
 
-_NO_KEY_IN_EVALUATION = (
-    "your code asked for a random key in evaluation mode (is_train=False): dropout must "
-    "only run when is_train is True, and every sub-module with dropout must be given "
-    "is_train (their default is True)"
-)
+# (words that occur in the error, the hint): the first entry with a word found applies.
 _HINTS = (
     (
-        "Unable to retrieve parameter",
+        ("Unable to retrieve parameter",),
         "your module asks for a parameter the reference does not create: build sub-modules "
         "only in __init__, with the names given in the stub",
     ),
-    ("non-None PRNGKey", _NO_KEY_IN_EVALUATION),
-    ("next_rng_key", _NO_KEY_IN_EVALUATION),
     (
-        "TracerBoolConversionError",
+        ("non-None PRNGKey", "next_rng_key"),
+        "your code asked for a random key in evaluation mode (is_train=False): dropout must "
+        "only run when is_train is True, and every sub-module with dropout must be given "
+        "is_train (their default is True)",
+    ),
+    (
+        ("TracerBoolConversionError", "ConcretizationTypeError"),
         "a Python `if` or `bool()` on an array fails under jax.jit: use jnp.where, or test a "
         "Python value (a shape, a flag) instead",
     ),
     (
-        "ConcretizationTypeError",
-        "a Python `if` or `bool()` on an array fails under jax.jit: use jnp.where, or test a "
-        "Python value (a shape, a flag) instead",
-    ),
-    (
-        "with retrieved shape",
+        ("with retrieved shape",),
         "a layer got inputs of another size than the reference's layer (its weights were "
         "made for that size): check what you feed it, e.g. the pooling or a concatenation",
     ),
     (
-        "Incompatible types for matmul",
+        ("Incompatible types for matmul",),
         "check the shapes you multiply (print x.shape); with leading axes, `.T` reverses all "
         "of them: swap only the last two, jnp.swapaxes(k, -1, -2)",
     ),
-    ("Incompatible shapes for broadcasting", "check the shapes you combine (print x.shape)"),
-    ("could not broadcast", "check the shapes you combine (print x.shape)"),
-    ("could not be broadcast", "check the shapes you combine (print x.shape)"),
+    (
+        ("Incompatible shapes for broadcasting", "could not broadcast", "could not be broadcast"),
+        "check the shapes you combine (print x.shape)",
+    ),
 )
 
 
@@ -251,8 +247,8 @@ def describe_error(err: BaseException, student_files: set[str]) -> str:
     first = text[0] if text else ""
     message = f"your code raised {type(err).__name__}: {first}{where}"
     full = f"{type(err).__name__} {err}"
-    for needle, hint in _HINTS:
-        if needle in full:
+    for needles, hint in _HINTS:
+        if any(needle in full for needle in needles):
             return f"{message}\nHint: {hint}."
     return message
 
