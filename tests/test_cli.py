@@ -138,6 +138,7 @@ def test_module_entry_point_runs():
     assert proc.returncode == 0 and "train" in proc.stdout
 
 
+@pytest.mark.slow
 def test_val_size_zero_trains_on_the_whole_split_and_bad_sizes_are_refused(tmp_path, capsys):
     common = ["train", "--data", "small", "--preset", "demo", "--epochs", "1", "--no-progress"]
     common += ["--cache-dir", str(tmp_path / "cache")]
@@ -172,6 +173,7 @@ def test_final_fit_trains_on_the_validation_reviews_only_when_reporting_test_acc
         cli.resolve_val_size(default, 0, no_test=True, n_train=25000)
 
 
+@pytest.mark.slow
 def test_final_fit_run_says_so_and_has_no_validation_history(tmp_path, capsys):
     out = tmp_path / "run"
     args = ["train", "--data", "small", "--preset", "demo", "--epochs", "1", "--no-progress"]
