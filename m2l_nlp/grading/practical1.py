@@ -14,7 +14,15 @@ import math
 import numpy as np
 
 from m2l_nlp.grading.registry import exercise
-from m2l_nlp.grading.tools import expect_array, expect_close, fail, normal, perturb, run_haiku
+from m2l_nlp.grading.tools import (
+    expect_array,
+    expect_close,
+    expect_dropout_only_in_training,
+    fail,
+    normal,
+    perturb,
+    run_haiku,
+)
 
 PRACTICAL = "practical1_baselines"
 
@@ -337,32 +345,6 @@ def _mlp(hidden, p: float, is_train: bool):
     return build
 
 
-def _dropout_checks(ctx, make, *args, what: str):
-    """Evaluation needs no key; p=0.5 in training changes the output; p=0 does not.
-    ``make(p, is_train)`` returns a build function."""
-    params = perturb(run_haiku(make(0.5, True), ctx.ref, None, *args), ctx.rng("params"))
-    evals = expect_array(
-        run_haiku(make(0.5, False), ctx.student, params, *args),
-        f"the output of {what} in evaluation mode",
-    )
-    train = expect_array(
-        run_haiku(make(0.5, True), ctx.student, params, *args, key=ctx.key(1)),
-        f"the output of {what} in training mode",
-    )
-    if np.allclose(train, evals, atol=1e-6):
-        fail(
-            f"with p_dropout=0.5 and is_train=True the output of {what} equals the evaluation "
-            "output: dropout should be active while training (hk.dropout with hk.next_rng_key())"
-        )
-    expect_close(
-        run_haiku(make(0.0, True), ctx.student, params, *args, key=ctx.key(2)),
-        run_haiku(make(0.0, False), ctx.student, params, *args),
-        f"the training-mode output of {what} with p_dropout=0",
-        hint="With a dropout rate of 0, training and evaluation must give the same output.",
-        versus="your evaluation-mode output",
-    )
-
-
 @mlp.check
 def check_mlp_shapes(ctx):
     """One float32 logit per review, `(B,)`, for 0, 1 and 2 hidden layers."""
@@ -402,7 +384,7 @@ def check_mlp_matches_reference(ctx):
 def check_mlp_dropout(ctx):
     """Dropout in training only; evaluation needs no random key."""
     x = normal(ctx.rng(), 5, F_IN)
-    _dropout_checks(ctx, lambda p, t: _mlp((16, 8), p, t), x, what="MLPClassifier")
+    expect_dropout_only_in_training(ctx, lambda p, t: _mlp((16, 8), p, t), x, what="MLPClassifier")
 
 
 # --------------------------------------------------------------------------------------------
@@ -506,4 +488,4 @@ def check_lstm_padding_invariance(ctx):
 def check_lstm_dropout(ctx):
     """Dropout in training only; evaluation needs no random key."""
     ids, mask = _random_batch(ctx.rng(), 3, 7, L_VOCAB)
-    _dropout_checks(ctx, lambda p, t: _lstm(p, t), ids, mask, what="LSTMClassifier")
+    expect_dropout_only_in_training(ctx, _lstm, ids, mask, what="LSTMClassifier")

@@ -14,6 +14,7 @@ from m2l_nlp.grading.registry import exercise
 from m2l_nlp.grading.tools import (
     expect_array,
     expect_close,
+    expect_dropout_only_in_training,
     expect_rows_sum_to_one,
     fail,
     normal,
@@ -62,35 +63,6 @@ def _expect_tuple(value, n: int, what: str):
     if not isinstance(value, (tuple, list)) or len(value) != n:
         fail(f"{what} should return a tuple of {n} items; yours returned {_kind(value)}")
     return value
-
-
-def _dropout_checks(ctx, make, *args, what: str):
-    """Eval: no random key needed, deterministic. Train with p=0.5: differs from eval.
-    Train with p=0: equal to eval. ``make(ns, p, is_train)`` builds the forward."""
-    params = run_haiku(lambda ns: make(ns, 0.5, True), ctx.ref, None, *args)
-    params = perturb(params, ctx.rng("params"))
-    evals = run_haiku(lambda ns: make(ns, 0.5, False), ctx.student, params, *args)
-    evals = evals[0] if isinstance(evals, tuple) else evals
-    evals = expect_array(evals, f"the output of {what} in evaluation mode")
-    train = run_haiku(lambda ns: make(ns, 0.5, True), ctx.student, params, *args, key=ctx.key(1))
-    train = train[0] if isinstance(train, tuple) else train
-    train = expect_array(train, f"the output of {what} in training mode")
-    if np.allclose(train, evals, atol=1e-6):
-        fail(
-            f"with p_dropout=0.5 and is_train=True the output of {what} equals the evaluation "
-            "output: dropout should be active while training (hk.dropout with hk.next_rng_key())"
-        )
-    train0 = run_haiku(lambda ns: make(ns, 0.0, True), ctx.student, params, *args, key=ctx.key(2))
-    train0 = train0[0] if isinstance(train0, tuple) else train0
-    eval0 = run_haiku(lambda ns: make(ns, 0.0, False), ctx.student, params, *args)
-    eval0 = eval0[0] if isinstance(eval0, tuple) else eval0
-    expect_close(
-        train0,
-        eval0,
-        f"the training-mode output of {what} with p_dropout=0",
-        hint="With a dropout rate of 0, training and evaluation must give the same output.",
-        versus="your evaluation-mode output",
-    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -452,9 +424,9 @@ def check_ffn_eval_no_dropout(ctx):
 def check_ffn_dropout(ctx):
     """Dropout is on in training (p=0.5 changes the output) and p=0 changes nothing."""
     x = normal(ctx.rng(), B, S, D)
-    _dropout_checks(
+    expect_dropout_only_in_training(
         ctx,
-        lambda ns, p, t: lambda x: ns.PositionwiseFeedForward(D, FF, p, name="ffn")(x, t),
+        _ffn,
         x,
         what="PositionwiseFeedForward",
     )
@@ -540,9 +512,9 @@ def check_block_dropout(ctx):
     """Dropout on in training, off in evaluation (no random key needed), p=0 is a no-op."""
     rng = ctx.rng()
     x, pad = normal(rng, B, S, D), _mask(rng, B, S)
-    _dropout_checks(
+    expect_dropout_only_in_training(
         ctx,
-        lambda ns, p, t: lambda x, m: ns.EncoderBlock(D, H, FF, p, name="block")(x, m, t),
+        _block,
         x,
         pad,
         what="EncoderBlock",
@@ -637,11 +609,9 @@ def check_encoder_dropout(ctx):
     """`is_train` reaches the blocks: dropout in training, none in evaluation."""
     rng = ctx.rng()
     x, pad = normal(rng, B, S, D), _mask(rng, B, S)
-    _dropout_checks(
+    expect_dropout_only_in_training(
         ctx,
-        lambda ns, p, t: (
-            lambda x, m: ns.TransformerEncoder(LAYERS, H, D, FF, p, name="encoder")(x, m, t)
-        ),
+        _encoder,
         x,
         pad,
         what="TransformerEncoder",
@@ -752,9 +722,9 @@ def check_too_long_raises(ctx):
 def check_pe_dropout(ctx):
     """Dropout after the addition in training only."""
     x = normal(ctx.rng(), B, S, D)
-    _dropout_checks(
+    expect_dropout_only_in_training(
         ctx,
-        lambda ns, p, t: lambda x: ns.PositionalEncoding(D, 20, p, name="pe")(x, t),
+        _pe,
         x,
         what="PositionalEncoding",
     )
@@ -899,9 +869,9 @@ def check_classifier_padding_invariance(ctx):
 def check_classifier_dropout(ctx):
     """Dropout in training only; evaluation needs no random key."""
     ids, mask = _ids_mask(ctx.rng())
-    _dropout_checks(
+    expect_dropout_only_in_training(
         ctx,
-        lambda ns, p, t: _clf(_clf_config("mean", p), t)(ns),
+        lambda p, t: _clf(_clf_config("mean", p), t),
         ids,
         mask,
         what="TransformerClassifier",

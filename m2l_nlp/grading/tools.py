@@ -165,6 +165,39 @@ def run_haiku(
     return apply(params, key, *args)
 
 
+def expect_dropout_only_in_training(
+    ctx: Any, make: Callable[[float, bool], Build], *args: Any, what: str
+) -> None:
+    """Dropout acts in training only, needs no random key in evaluation, and rate 0 is a no-op.
+
+    ``make(p_dropout, is_train)`` returns a build function (see :func:`run_haiku`); where
+    the forward returns a tuple, its first element is judged. ``ctx`` is a check's context
+    (``ref``, ``student``, ``rng``, ``key``).
+    """
+
+    def output(p: float, is_train: bool, params: hk.Params, key: jax.Array | None = None):
+        out = run_haiku(make(p, is_train), ctx.student, params, *args, key=key)
+        return out[0] if isinstance(out, tuple) else out
+
+    params = perturb(run_haiku(make(0.5, True), ctx.ref, None, *args), ctx.rng("params"))
+    evals = expect_array(output(0.5, False, params), f"the output of {what} in evaluation mode")
+    train = expect_array(
+        output(0.5, True, params, ctx.key(1)), f"the output of {what} in training mode"
+    )
+    if np.allclose(train, evals, atol=1e-6):
+        fail(
+            f"with p_dropout=0.5 and is_train=True the output of {what} equals the evaluation "
+            "output: dropout should be active while training (hk.dropout with hk.next_rng_key())"
+        )
+    expect_close(
+        output(0.0, True, params, ctx.key(2)),
+        output(0.0, False, params),
+        f"the training-mode output of {what} with p_dropout=0",
+        hint="With a dropout rate of 0, training and evaluation must give the same output.",
+        versus="your evaluation-mode output",
+    )
+
+
 def param_names(params: hk.Params) -> list[str]:
     """``["module/name", ...]`` for messages."""
     return [f"{m}/{n}" for m, leaves in params.items() for n in leaves]
