@@ -3,9 +3,10 @@
     python benchmarks/baselines.py --source /work/shared/data/aclImdb_v1_labeled.tar.gz \
         --models bow-mlp bigram-mlp lstm
 
-Each model uses its recipe from ``m2l_nlp.baselines.RECIPES`` (the same as
-``m2l-nlp train --model <name>``); the epoch is selected on a validation split of the training
-reviews (10 %), and the test set is evaluated once per model, with that epoch's params.
+Each model uses its preset from ``m2l_nlp.config.PRESETS`` (the same as
+``m2l-nlp train --model <name>``) and the course's loop (``train_and_evaluate``); the epoch is
+selected on the preset's validation split of the training reviews (2,500), and the test set is
+evaluated once per model, with that epoch's params.
 
 With ``--bigram-tokens 50000`` the reviews are encoded as the default transformer recipe reads
 them (pair tokens, ``m2l_nlp.bigrams``; ``--bigram-mode interleave`` for the other layout), so
@@ -20,15 +21,16 @@ import json
 import os
 import time
 
-from m2l_nlp.baselines import MODELS, RECIPES, SEQ_LEN, VOCAB_SIZE, train_baseline
 from m2l_nlp.bigrams import MODES
-from m2l_nlp.data import prepare_imdb
+from m2l_nlp.config import BASELINES, PRESETS, override
+from m2l_nlp.data import prepare_for
+from m2l_nlp.training import train_and_evaluate
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", default=None, help="IMDB .tar.gz or aclImdb/ folder")
-    parser.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    parser.add_argument("--models", nargs="+", default=list(BASELINES), choices=BASELINES)
     parser.add_argument("--epochs", type=int, default=None, help="override the recipes' epochs")
     parser.add_argument("--num-buckets", type=int, default=None, help="override (bigram-mlp)")
     parser.add_argument("--tfidf", action="store_true", help="TF-IDF weights for bow-mlp too")
@@ -39,39 +41,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=None, help="write the results to this JSON file")
     args = parser.parse_args(argv)
 
-    start = time.perf_counter()
-    data = prepare_imdb(
-        args.source,
-        vocab_size=VOCAB_SIZE,
-        seq_len=SEQ_LEN,
-        progress=False,
-        bigram_tokens=args.bigram_tokens,
-        bigram_mode=args.bigram_mode,
-    )
-    print(f"data: {data} ({time.perf_counter() - start:.1f} s)", flush=True)
     rows = []
     for model in args.models:
-        config, settings = RECIPES[model]
+        changes = [f"bigram_tokens={args.bigram_tokens}", f"bigram_mode={args.bigram_mode}"]
         if args.num_buckets is not None:
-            config = dataclasses.replace(config, num_buckets=args.num_buckets)
-        if args.tfidf and config.model != "lstm":
-            config = dataclasses.replace(config, use_tfidf=True)
+            changes.append(f"model.num_buckets={args.num_buckets}")
+        if args.tfidf and model != "lstm":
+            changes.append("model.use_tfidf=true")
         if args.epochs is not None:
-            settings = dict(settings, epochs=args.epochs)
+            changes.append(f"train.epochs={args.epochs}")
+        preset = override(PRESETS[model], changes)
+        start = time.perf_counter()
+        data = prepare_for(preset, args.source, progress=False)
+        print(f"data: {data} ({time.perf_counter() - start:.1f} s)", flush=True)
         cpu = os.times()
-        result = train_baseline(config, data, **settings)
+        run = train_and_evaluate(preset, data, name=model, progress=False, log=None)
         cpu_s = sum(os.times()[:2]) - sum(cpu[:2])
-        print(f"{result.summary()}, {cpu_s:.0f} s of CPU time", flush=True)
+        metrics = run.metrics
+        print(
+            f"{model}: test accuracy {run.test.accuracy:.4f} (validation "
+            f"{metrics['val_accuracy']:.4f}, epoch {metrics['best_epoch']} kept), "
+            f"{metrics['seconds']:.0f} s, {cpu_s:.0f} s of CPU time",
+            flush=True,
+        )
         rows.append(
             {
                 "model": model,
-                "config": config.to_dict(),
-                "settings": settings,
-                "test_accuracy": result.test_accuracy,
-                "val_accuracy": result.val_accuracy,
-                "best_epoch": result.best_epoch,
-                "history": result.history,
-                "seconds": result.seconds,
+                "config": dataclasses.asdict(run.config),
+                "settings": preset.train,
+                "test_accuracy": run.test.accuracy,
+                "val_accuracy": metrics["val_accuracy"],
+                "best_epoch": metrics["best_epoch"],
+                "history": run.history,
+                "seconds": metrics["seconds"],
                 "cpu_seconds": cpu_s,
             }
         )

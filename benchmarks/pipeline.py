@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from m2l_nlp import data, tokenization
+from m2l_nlp import data, imdb_archive, tokenization
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "aclImdb_v1_labeled.tar.gz"
@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         root = None
         if not args.skip_seed:
             t = time.perf_counter()
-            root = data.extract_imdb(args.data, tmp / "extracted")
+            root = imdb_archive.extract_imdb(args.data, tmp / "extracted")
             print(f"setup: extracted the labeled reviews in {time.perf_counter() - t:.1f} s")
         for i in range(args.repeat):
             if root is not None:

@@ -34,8 +34,9 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
-from m2l_nlp import training  # noqa: E402
-from m2l_nlp.config import ClassifierConfig  # noqa: E402
+from m2l_nlp import batching, training  # noqa: E402
+from m2l_nlp import model as models  # noqa: E402
+from m2l_nlp.config import ClassifierConfig, TrainSettings  # noqa: E402
 from m2l_nlp.data import SMALL_DATA, prepare_imdb  # noqa: E402
 
 optimizer = None  # the seed reads a module-level optimizer inside its jitted step
@@ -60,7 +61,7 @@ def seed_style(model, params, ids, mask, labels, batch_size, steps, repeats):
     @jax.jit
     def step(params, opt_state, key, x, m, y):
         def loss_fn(p):
-            logits = model.apply(p, key, x, m, True)
+            logits = model.model.apply(p, key, x, m, True)
             return optax.sigmoid_binary_cross_entropy(logits, y).mean()
 
         loss, grads = jax.value_and_grad(loss_fn)(params)
@@ -92,7 +93,7 @@ def seed_style(model, params, ids, mask, labels, batch_size, steps, repeats):
 def ours(model, params, ids, mask, labels, batch_size, repeats):
     """examples/s of training.train (one epoch per timing, after a compiling epoch)."""
     stamps = []
-    settings = training.TrainSettings(
+    settings = TrainSettings(
         epochs=repeats + 1, batch_size=batch_size, crop_len=ids.shape[1], learning_rate=1e-3
     )
     start = time.perf_counter()
@@ -111,17 +112,17 @@ def ours(model, params, ids, mask, labels, batch_size, repeats):
 def per_width(model, params, ids, mask, labels, batch_size, repeats, steps=10):
     """Per length bucket: reviews, micro-batches, ms per review of one step, share of an epoch."""
     lengths = mask.sum(1)
-    bucket = training.bucket_of(lengths, training.bucket_widths(ids.shape[1]))
-    settings = training.TrainSettings(batch_size=batch_size, learning_rate=1e-3)
+    bucket = batching.bucket_of(lengths, batching.bucket_widths(ids.shape[1]))
+    settings = TrainSettings(batch_size=batch_size, learning_rate=1e-3)
     optimizer = training.make_optimizer(settings, 1000)
     state = training.init_state(jax.tree_util.tree_map(jnp.array, params), optimizer)
-    cells = training.resolve_micro_batch_cells(settings.micro_batch_cells)
+    cells = batching.resolve_micro_batch_cells(settings.micro_batch_cells)
     key = jax.random.PRNGKey(0)
     rows = []
     for w in (int(w) for w in np.unique(bucket)):
         pick = np.resize(np.flatnonzero(bucket == w), batch_size)  # repeats if too few
         batch = [jnp.asarray(a[pick, :w]) for a in (ids, mask)] + [jnp.asarray(labels[pick])]
-        micro = training.micro_batches(batch_size, w, 1, cells)
+        micro = batching.micro_batches(batch_size, w, 1, cells)
         times = []
         for r in range(repeats + 1):  # the first pass compiles
             start = time.perf_counter()
@@ -161,8 +162,8 @@ def main() -> None:
     n = min(args.examples, len(data.train_labels))
     ids, mask, labels = data.train_ids[:n], data.train_mask[:n], data.train_labels[:n]
     config = ClassifierConfig(vocab_size=data.vocab_size, max_len=600, **SEED_CONFIG)
-    model = training.build_model(config)
-    params = training.init_params(model, jax.random.PRNGKey(0), config)
+    model = models.classifier(config)
+    params = models.init_params(model, jax.random.PRNGKey(0), config.max_len)
     lengths = mask.sum(1)
     print(f"{jax.default_backend()} x{len(jax.devices())}, load {os.getloadavg()[0]:.1f}")
     print(f"{n} reviews, mean {lengths.mean():.0f} tokens of 600 (padding computed by the seed)")

@@ -317,25 +317,34 @@ class LSTMClassifier(hk.Module):
 # %% [markdown]
 # ## 6. Train the baselines on IMDB
 #
-# The cells below run only in the notebook (they download IMDB and train). The same runs are
-# available from the command line, e.g. `m2l-nlp train --model bigram-mlp`. With
-# `impl=globals()`, `train_baseline` trains the functions and modules defined in this
-# notebook, that is *your* code; without it, the reference solutions. (From a terminal,
+# The cells below run only in the notebook (they read IMDB and train). The same runs are
+# available from the command line, e.g. `m2l-nlp train --model bigram-mlp`: both go through
+# the course's one training loop, `train_and_evaluate`, with a recipe (a *preset*) from
+# `m2l_nlp/config.py`. With `impl=globals()` it trains the functions and modules defined in
+# this notebook, that is *your* code; without it, the reference solutions. (From a terminal,
 # `m2l-nlp train --model bow-mlp --impl exercises` trains the code in `exercises/`.)
 #
+# By default this uses the small set of reviews bundled with the repository (seconds). Set
+# `FULL_IMDB = True` for the real IMDB (25,000 + 25,000 reviews, downloaded once, about
+# 80 MB), or point the environment variable `M2L_NLP_IMDB` at a local copy of the archive.
+#
 # Things to try: compare `bow-mlp` with `bigram-mlp` (does word order help?), with and without
-# TF-IDF; then the LSTM, which reads the words in order but is much slower to train. Keep the
-# test set for the very end: choose the settings (epochs, dropout) on the validation split.
+# TF-IDF (`preset = override(preset, ["model.use_tfidf=false"])`, with `override` from
+# `m2l_nlp.config`, the syntax of `m2l-nlp train --set`); then the LSTM, which reads the words
+# in order but is much slower to train. Keep the test set for the very end: choose the
+# settings (epochs, dropout) on the validation split.
 
 # %% active="ipynb"
-# from m2l_nlp.baselines import RECIPES, train_baseline
-# from m2l_nlp.data import prepare_imdb
+# from m2l_nlp.config import PRESETS
+# from m2l_nlp.data import prepare_for
+# from m2l_nlp.training import train_and_evaluate
 #
-# data = prepare_imdb(vocab_size=20000, seq_len=600)
-# config, settings = RECIPES["bigram-mlp"]  # the recipe of `m2l-nlp train --model bigram-mlp`
-# print(config, settings)
-# result = train_baseline(config, data, impl=globals(), **settings)
-# print(result.summary())
+# FULL_IMDB = False
+# preset = PRESETS["bigram-mlp"]  # the recipe of `m2l-nlp train --model bigram-mlp`
+# data = prepare_for(preset, None if FULL_IMDB else "small")
+# print(preset.description)
+# result = train_and_evaluate(preset, data, name="bigram-mlp", impl=globals())
+# print(f"test accuracy {result.test.accuracy:.2%} (epoch {result.metrics['best_epoch']} kept)")
 
 # %% active="ipynb"
 # from m2l_nlp.plotting import plot_confusion_matrix, plot_training_curves
@@ -343,4 +352,4 @@ class LSTMClassifier(hk.Module):
 # plot_training_curves(result.history, title="bigram-mlp")
 
 # %% active="ipynb"
-# plot_confusion_matrix(result.test_confusion)
+# plot_confusion_matrix(result.test.confusion)

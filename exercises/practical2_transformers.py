@@ -462,7 +462,7 @@ def classifier_forward(
     is_train: bool = True,
     config: ClassifierConfig | None = None,
 ) -> jax.Array:
-    """Stateful forward for `hk.transform`: logits `(B,)` of a `TransformerClassifier`."""
+    """Stateful forward for `funcs_from_stateful`: logits `(B,)` of a `TransformerClassifier`."""
     return TransformerClassifier(config or ClassifierConfig(), name="classifier")(
         input_ids, mask, is_train
     )
@@ -478,44 +478,47 @@ def classifier_forward(
 # Time to train the model you wrote. The course package does the plumbing: it trains a
 # tokenizer on the training reviews, turns every review into `input_ids` and a padding `mask`
 # of length `seq_len`, and runs a jitted training loop (AdamW, one evaluation on a validation
-# split after every epoch). The validation split is the last tenth of the (shuffled)
-# training reviews: choices such as which epoch to keep are made on it, and the test reviews
-# are scored once, at the end, so that the test accuracy stays an honest estimate.
+# split after every epoch), the same loop as `m2l-nlp train`. The validation split is the
+# last reviews of the (shuffled) training split (`split_validation`, the one the command line
+# uses too): choices such as which epoch to keep are made on it, and the test reviews are
+# scored once, at the end, so that the test accuracy stays an honest estimate. The recipe
+# (model sizes, training settings) is a preset of `m2l_nlp/config.py`: `demo` for the small
+# data, `default` (the recipe of `make train`) for the full IMDB.
 #
 # By default this uses the small set of reviews bundled with the repository (1,000 for
-# training and 500 for testing, short made-up reviews meant for quick runs): it trains in about
-# a minute on a CPU. For the real IMDB (25,000 + 25,000 reviews, downloaded once, about 80 MB)
+# training and 500 for testing, short made-up reviews meant for quick runs): it trains in
+# seconds on a CPU. For the real IMDB (25,000 + 25,000 reviews, downloaded once, about 80 MB)
 # set `FULL_IMDB = True`, preferably on a GPU (in Colab: *Runtime > Change runtime type*). A
-# local copy of the archive works too: `prepare_imdb(source="path/to/aclImdb_v1.tar.gz")`, or
-# set the environment variable `M2L_NLP_IMDB` to that path.
+# local copy of the archive works too: `prepare_for(preset, "path/to/aclImdb_v1.tar.gz")`,
+# or set the environment variable `M2L_NLP_IMDB` to that path.
 
 # %% active="ipynb"
-# from m2l_nlp.data import SMALL_DATA, prepare_imdb
+# from m2l_nlp.config import PRESETS
+# from m2l_nlp.data import prepare_for, split_validation
+# from m2l_nlp.evaluation import evaluate
 # from m2l_nlp.tokenization import batch_encode
-# from m2l_nlp.training import TrainSettings, evaluate, init_params, train
+# from m2l_nlp.training import train
+# from m2l_nlp.transform import funcs_from_stateful
 #
 # FULL_IMDB = False
-# if FULL_IMDB:
-#     data = prepare_imdb(source=None, vocab_size=20000, seq_len=600)
-#     config = ClassifierConfig(vocab_size=data.vocab_size, max_len=600)
-#     settings = TrainSettings(epochs=4)
-# else:
-#     data = prepare_imdb(source=SMALL_DATA, vocab_size=2000, seq_len=128)
-#     config = ClassifierConfig(vocab_size=data.vocab_size, num_heads=4, d_ff=64, max_len=128)
-#     settings = TrainSettings(epochs=4, learning_rate=5e-3, crop_len=128)
-# n_val = len(data.train_labels) // 10
-# train_split = tuple(a[:-n_val] for a in (data.train_ids, data.train_mask, data.train_labels))
-# val_split = tuple(a[-n_val:] for a in (data.train_ids, data.train_mask, data.train_labels))
+# preset = PRESETS["default" if FULL_IMDB else "demo"]  # the recipes of m2l_nlp/config.py
+# data = prepare_for(preset, None if FULL_IMDB else "small")
+# config = preset.model_config(data.vocab_size)  # ClassifierConfig: the model's sizes
+# settings = preset.settings()  # TrainSettings: epochs, learning rate, batch size, ...
+# train_split, val_split = split_validation(data, preset.val_size_for(len(data.train_labels)))
 # test_split = (data.test_ids, data.test_mask, data.test_labels)
-# print(f"{len(train_split[2])} training, {n_val} validation, {len(test_split[2])} test reviews")
+# sizes = [len(split[2]) for split in (train_split, val_split, test_split)]
+# print("{} training, {} validation, {} test reviews".format(*sizes))
 # print(f"vocabulary: {data.vocab_size} tokens; {config}")
 
 
 # %% [markdown]
-# Two transformed functions share the same parameters: `model` is the classifier (logits),
-# and `maps_model` runs the same modules up to the encoder and returns its attention maps
-# (it needs no key: dropout is off). Before any training the attention is spread almost
-# evenly over the tokens of the review.
+# `funcs_from_stateful` turns the forward function into pure functions, as in the lectures:
+# `model.apply(params, key, ids, mask, is_train)` trains (dropout needs a random key),
+# `predict_fw(params, ids, mask)` predicts with dropout off, and `init_params(key, ids, mask,
+# True)` creates the parameters. A second forward, `attention_maps`, runs the same modules up
+# to the encoder and returns its attention maps, with the same parameters. Before any training
+# the attention is spread almost evenly over the tokens of the review.
 
 # %% active="ipynb"
 # def forward(input_ids, mask, is_train=True):
@@ -526,26 +529,26 @@ def classifier_forward(
 #     return TransformerClassifier(config, name="classifier").get_attention_maps(input_ids, mask)
 #
 #
-# model = hk.transform(forward)
-# maps_model = hk.transform(attention_maps)
-# get_maps = jax.jit(maps_model.apply)  # compiled once, used before and after training
-# params = init_params(model, jax.random.PRNGKey(0), config)
+# classifier = funcs_from_stateful(forward)
+# model, model_fw, predict, predict_fw, init_params = classifier
+# get_maps = funcs_from_stateful(attention_maps).predict_fw  # compiled once, used twice
 #
 # review = "A wonderful film. The acting was not bad at all."
 # ids, mask = batch_encode(data.tokenizer, [review], seq_len=config.max_len)
+# params = init_params(jax.random.PRNGKey(0), ids, mask, True)
 # tokens = [data.tokenizer.id_to_token(int(i)) for i in ids[0, : mask[0].sum()]]
 # plotting.plot_attention_maps(
-#     get_maps(params, None, ids, mask), tokens=tokens, title="Attention before training"
+#     get_maps(params, ids, mask), tokens=tokens, title="Attention before training"
 # )
 
 
 # %% [markdown]
-# Now train. Each line of the log is one epoch: the training loss and accuracy, and the loss
-# and accuracy on the validation reviews. At the end, `train` returns the parameters of the
-# epoch with the best validation accuracy.
+# Now train, with the course's training loop. Each line of the log is one epoch: the training
+# loss and accuracy, and the loss and accuracy on the validation reviews. At the end, `train`
+# returns the parameters of the epoch with the best validation accuracy.
 
 # %% active="ipynb"
-# result = train(model, params, train_split, settings, eval_data=val_split, eval_name="val")
+# result = train(classifier, params, train_split, settings, eval_data=val_split)
 # plotting.plot_training_curves(result.history)
 
 
@@ -554,7 +557,7 @@ def classifier_forward(
 # predicted label (columns): the diagonal holds the correct answers.
 
 # %% active="ipynb"
-# test = evaluate(result.params, model, test_split, window=settings.crop_len)
+# test = evaluate(result.params, classifier, test_split, window=settings.crop_len)
 # print(f"test accuracy {test.accuracy:.2%} (epoch {result.best_epoch} of {settings.epochs})")
 # plotting.plot_confusion_matrix(test.confusion, title="Test reviews")
 
@@ -570,11 +573,11 @@ def classifier_forward(
 #     "A dull, tedious waste of two hours. The plot made no sense.",
 # ]
 # new_ids, new_mask = batch_encode(data.tokenizer, reviews, seq_len=config.max_len)
-# probabilities = jax.nn.sigmoid(model.apply(result.params, None, new_ids, new_mask, False))
+# probabilities = jax.nn.sigmoid(predict_fw(result.params, new_ids, new_mask))
 # for text, p in zip(reviews, probabilities):
 #     print(f"{float(p):.2f}  {text}")
 
 
 # %% active="ipynb"
-# trained_maps = get_maps(result.params, None, ids, mask)
+# trained_maps = get_maps(result.params, ids, mask)
 # plotting.plot_attention_maps(trained_maps, tokens=tokens, title="Attention after training")

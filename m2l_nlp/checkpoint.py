@@ -150,10 +150,10 @@ def check_params_fit(
     ``model`` (built from ``config`` with the code of ``impl``) creates."""
     import jax
 
-    from m2l_nlp import training
+    from m2l_nlp.model import init_params
 
     wanted = jax.eval_shape(  # shapes only: nothing is computed
-        lambda key: training.init_params(model, key, config), jax.random.PRNGKey(0)
+        lambda key: init_params(model, key, config.max_len), jax.random.PRNGKey(0)
     )
     want = {key: tuple(v.shape) for key, v in _flat_items(wanted)}
     have = {key: tuple(np.shape(v)) for key, v in _flat_items(params)}
@@ -253,7 +253,7 @@ def predict(
     the model's ``max_len`` (the first ``max_len`` tokens are read, in windows of the
     training crop length as during training), or non-ASCII.
     """
-    from m2l_nlp import training
+    from m2l_nlp import batching, evaluation, model
     from m2l_nlp.tokenization import batch_encode
 
     if not isinstance(checkpoint, Checkpoint):
@@ -271,11 +271,42 @@ def predict(
         ids, mask = bigrams.apply_bigram_tokens(
             ids, mask, table, base, checkpoint.bigram_mode, config.max_len
         )
-    model = training.build_model(config, impl)
-    check_params_fit(checkpoint.params, model, config, impl)
-    data = training.put_data(ids, mask, np.zeros(len(texts), np.int32))
+    funcs = model.classifier(config, impl)
+    check_params_fit(checkpoint.params, funcs, config, impl)
+    data = batching.put_data(ids, mask, np.zeros(len(texts), np.int32))
     window = checkpoint.meta.get("settings", {}).get("crop_len")  # as in training
-    logits = training.predict_logits(
-        checkpoint.params, model, data, window=window, batch_size=batch_size
+    logits = evaluation.predict_logits(
+        checkpoint.params, funcs, data, window=window, batch_size=batch_size
     )
     return 1.0 / (1.0 + np.exp(-logits))
+
+
+def save_run(out: str | os.PathLike, run: Any, preset: Any, settings: Any, data: Any) -> None:
+    """Write what :func:`m2l_nlp.training.train_and_evaluate` made into the folder ``out``:
+    ``metrics.json``, the training curves and (test runs) the confusion matrix, and for the
+    transformer a ``checkpoint/`` that ``m2l-nlp predict`` reads."""
+    import dataclasses
+
+    from m2l_nlp import plotting
+    from m2l_nlp.config import TRANSFORMER
+    from m2l_nlp.fileio import write_json_atomic
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    if run.test is not None and preset.architecture == TRANSFORMER:
+        meta = dict(run.metrics, settings=dataclasses.asdict(settings), history=run.history)
+        save_checkpoint(
+            out / "checkpoint",
+            run.params,
+            run.config,
+            data.tokenizer,
+            meta,
+            bigram_table=data.bigram_table,
+            bigram_mode=data.bigram_mode,
+        )
+    write_json_atomic(out / "metrics.json", dict(run.metrics, history=run.history))
+    curves = plotting.plot_training_curves(run.history, title="Training curves")
+    plotting.save_figure(curves, out / "training_curves.png")
+    if run.test is not None and run.test.confusion is not None:
+        matrix = plotting.plot_confusion_matrix(run.test.confusion, title="Test confusion matrix")
+        plotting.save_figure(matrix, out / "confusion_matrix.png")

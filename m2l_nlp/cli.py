@@ -1,15 +1,12 @@
-"""Command line: ``m2l-nlp train | predict | grade``.
+"""Command line ``m2l-nlp train | predict | grade``: argument parsing and printing only.
 
-``m2l-nlp train`` is the main job: IMDB -> tokenizer -> the practical-2 transformer trained
-on the accelerator if there is one -> test accuracy, confusion matrix, plots and a
-checkpoint under ``runs/<preset>/``.
+The work is done by :func:`m2l_nlp.training.train_and_evaluate` (training), by
+:func:`m2l_nlp.checkpoint.predict` (predictions) and by the grader (:mod:`m2l_nlp.grading`).
 """
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
-import json
 import os
 import sys
 import time
@@ -17,167 +14,66 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from m2l_nlp import bigrams, devices
-from m2l_nlp.config import ClassifierConfig, check_field_types
-from m2l_nlp.fileio import write_json_atomic
-from m2l_nlp.tokenization import MIN_VOCAB_SIZE
+from m2l_nlp import devices
+from m2l_nlp.config import (
+    BASELINES,
+    PRESETS,
+    SMALL_DATA_PRESET,
+    TRANSFORMER,
+    override,
+    resolve_val_size,
+)
+from m2l_nlp.impl import IMPLS
 
-
-@dataclasses.dataclass(frozen=True)
-class Preset:
-    """A full recipe: data encoding, model sizes, training settings, validation size."""
-
-    description: str
-    vocab_size: int
-    seq_len: int  # tokens kept per review (evaluation reads up to this many)
-    model: dict[str, Any]
-    train: dict[str, Any]
-    val_size: int  # held out from the training split for per-epoch validation
-    embed_scale: float = 1.0  # initial token embeddings times this
-    bigram_tokens: int = 0  # > 0: that many frequent token pairs as extra tokens (m2l_nlp.bigrams)
-    bigram_mode: str = "merge"  # "merge": a pair replaces its first token; "interleave": follows it
-    # True: a run that reports test accuracy trains on the whole training split, validation
-    # reviews included, for the preset's epochs (chosen beforehand by --no-test runs, which
-    # still hold out val_size) and keeps the last epoch. --val-size overrides either way.
-    final_fit: bool = False
-
-    def __post_init__(self) -> None:
-        check_field_types(self)
-        bigrams.check_mode(self.bigram_mode)
-        limits = {"vocab_size": MIN_VOCAB_SIZE, "seq_len": 1, "bigram_tokens": 0, "val_size": 0}
-        for name, least in limits.items():
-            if getattr(self, name) < least:
-                raise ValueError(f"{name} must be at least {least}, not {getattr(self, name)}")
-        if self.embed_scale <= 0:
-            raise ValueError(f"embed_scale must be positive, not {self.embed_scale}")
-
-
-PRESETS: dict[str, Preset] = {
-    "default": Preset(
-        "the recipe of `make train`: the 50,000 most frequent token pairs as extra tokens, 1 "
-        "layer, d_model 128, mean pooling, dropout 0.5, batches of 128, random 512-token crops, "
-        "moving average of the weights, evaluation averaged over 512-token windows; the test run "
-        "trains on all training reviews (final fit)",
-        vocab_size=20000,
-        seq_len=1024,
-        model=dict(num_layers=1, num_heads=4, d_model=128, d_ff=256, p_dropout=0.5, pooling="mean"),
-        train=dict(
-            epochs=3,
-            batch_size=128,
-            learning_rate=4e-3,
-            weight_decay=0.3,
-            crop_len=512,
-            ema_decay=0.992,
-        ),
-        val_size=2500,
-        embed_scale=0.1,
-        bigram_tokens=50000,
-        final_fit=True,
-    ),
-    "seed": Preset(
-        "the tutorial's model: d_model 32, 2 layers, 8 heads, d_ff 32, 600 tokens, mean pool",
-        vocab_size=20000,
-        seq_len=600,
-        model=dict(num_layers=2, num_heads=8, d_model=32, d_ff=32, p_dropout=0.1, pooling="mean"),
-        train=dict(epochs=2, batch_size=8, learning_rate=1e-3, weight_decay=0.0, crop_len=600),
-        val_size=2500,
-    ),
-    "demo": Preset(
-        "a tiny model for the bundled small dataset (seconds), with bigram tokens",
-        vocab_size=2000,
-        seq_len=256,
-        model=dict(
-            num_layers=1, num_heads=2, d_model=32, d_ff=64, p_dropout=0.1, pooling="mean_max"
-        ),
-        train=dict(epochs=3, batch_size=16, learning_rate=3e-3, weight_decay=0.01, crop_len=128),
-        val_size=50,
-        bigram_tokens=2000,
-    ),
-}
-
-PRESETS["unigram"] = dataclasses.replace(
-    PRESETS["default"],
-    description="no bigram tokens, batches of 32, 256-token crops, 4 epochs (`make train` "
-    "before bigram tokens)",
-    train=dict(
-        PRESETS["default"].train,
-        epochs=4,
-        batch_size=32,
-        learning_rate=2e-3,
-        crop_len=256,
-        ema_decay=0.998,
-    ),
-    bigram_tokens=0,
-    final_fit=False,  # its README row held out the validation reviews
+DEFAULT_PRESET = "default"
+DEFAULT_CHECKPOINT = Path("runs") / DEFAULT_PRESET / "checkpoint"
+DESCRIPTION = (
+    "m2l-nlp: train the course's sentiment classifiers on IMDB, score your own reviews with "
+    "a trained model, and grade the exercises."
 )
 
 
-def override_preset(preset: Preset, assignments: Sequence[str]) -> Preset:
-    """``preset`` with ``KEY=VALUE`` assignments applied (``m2l-nlp train --set``).
-
-    Top-level fields by name (``bigram_tokens=100000``), model sizes and training settings
-    with a prefix (``model.d_model=64``, ``train.crop_len=512``). A value is read as JSON
-    (numbers, ``true``/``false``, ``null``) and otherwise kept as text (``model.pooling=max``).
-    Raises ``ValueError`` naming the valid keys when a key is unknown.
-    """
-    from m2l_nlp.training import TrainSettings
-
-    groups = {
-        "model": {f.name for f in dataclasses.fields(ClassifierConfig)} - {"vocab_size", "max_len"},
-        "train": {f.name for f in dataclasses.fields(TrainSettings)},
-    }
-    top = {f.name for f in dataclasses.fields(Preset)} - {"description", *groups}
-    for item in assignments:
-        key, sep, text = item.partition("=")
-        if not sep:
-            raise ValueError(f"--set {item!r}: expected KEY=VALUE, e.g. train.crop_len=512")
-        try:
-            value = json.loads(text)
-        except json.JSONDecodeError:
-            value = text
-        group, dot, name = key.partition(".")
-        if dot and name in groups.get(group, ()):
-            preset = dataclasses.replace(preset, **{group: {**getattr(preset, group), name: value}})
-        elif not dot and key in top:
-            preset = dataclasses.replace(preset, **{key: value})
-        else:
-            raise ValueError(
-                f"--set {item!r}: unknown key {key!r}; use one of {', '.join(sorted(top))}, "
-                f"model.NAME ({', '.join(sorted(groups['model']))}) or train.NAME "
-                f"({', '.join(sorted(groups['train']))})"
-            )
-    return preset
-
-
-# Practical 1's baselines (m2l_nlp.baselines.MODELS), listed here to keep `--help` light.
-BASELINES = ("bow-mlp", "bigram-mlp", "lstm")
+def _preset_help() -> str:
+    lines = [f"{name}: {preset.description}" for name, preset in PRESETS.items()]
+    return "the recipe (default: default, or demo with --data small). " + "; ".join(lines).replace(
+        "%", "%%"
+    )
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="m2l-nlp", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = argparse.ArgumentParser(prog="m2l-nlp", description=DESCRIPTION)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,predict,grade}")
 
-    train = sub.add_parser("train", help="train the transformer classifier on IMDB")
+    train = sub.add_parser(
+        "train",
+        help="train a classifier on IMDB, print test accuracy, save the run",
+        description="Train a preset's model, validate it after each epoch, score the test "
+        "reviews once and write the run to --out.",
+    )
     train.add_argument(
         "--data",
         default=None,
+        metavar="PATH|small",
         help="aclImdb_v1.tar.gz, an extracted aclImdb/ folder, or 'small' for the bundled "
         "small dataset (default: $M2L_NLP_IMDB, else download the official archive)",
     )
-    train.add_argument(
-        "--preset", choices=sorted(PRESETS), default=None, help="the recipe (default: default)"
-    )
+    train.add_argument("--preset", choices=sorted(PRESETS), default=None, help=_preset_help())
     train.add_argument(
         "--model",
-        choices=("transformer", *BASELINES),
-        default="transformer",
-        help="the practical-2 transformer (default), or a practical-1 baseline "
-        "(see m2l_nlp/baselines.py; --preset does not apply to baselines)",
+        choices=(TRANSFORMER, *BASELINES),
+        default=None,
+        help="transformer (default), or a practical-1 baseline: the same as --preset NAME",
     )
     train.add_argument(
         "--epochs", type=_positive, default=None, help="override the preset's epochs"
     )
-    train.add_argument("--impl", choices=("solutions", "exercises"), default="solutions")
+    train.add_argument(
+        "--impl",
+        choices=IMPLS,
+        default="solutions",
+        help="whose model code to train: solutions (the reference, default) or exercises "
+        "(your own modules)",
+    )
     train.add_argument(
         "--val-size",
         type=_non_negative,
@@ -192,84 +88,55 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="KEY=VALUE",
         help="change one setting of the preset, e.g. --set bigram_tokens=100000 "
-        "--set train.crop_len=512 --set model.d_model=64 (repeatable)",
+        "--set train.crop_len=512 --set model.d_model=64 (repeatable; default: none)",
     )
     train.add_argument(
         "--no-test",
         action="store_true",
         help="validation only: do not evaluate on the test set (for choosing a recipe)",
     )
-    train.add_argument("--seed", type=_non_negative, default=0)
+    train.add_argument(
+        "--seed",
+        type=_non_negative,
+        default=0,
+        help="seed of the data shuffle, validation split, initialisation and dropout (default: 0)",
+    )
     train.add_argument(
         "--out",
         default=None,
-        help="output folder (default runs/<preset>, or runs/<preset>-val for --no-test)",
+        help="output folder (default: runs/<preset>, or runs/<preset>-val with --no-test)",
     )
-    train.add_argument("--cache-dir", default=None, help="where encoded data are cached")
+    train.add_argument(
+        "--cache-dir",
+        default=None,
+        help="where prepared data and compiled programs are cached "
+        "(default: $M2L_NLP_CACHE, else data/cache)",
+    )
     train.add_argument("--no-progress", action="store_true", help="no progress bars")
 
-    predict = sub.add_parser("predict", help="score your own reviews with a checkpoint")
-    predict.add_argument("texts", nargs="+", help="one or more reviews (quote each)")
-    predict.add_argument("--checkpoint", default="runs/default/checkpoint")
-    predict.add_argument("--impl", choices=("solutions", "exercises"), default="solutions")
-
-    grade = sub.add_parser("grade", help="grade the exercises (arguments go to pytest)")
-    grade.add_argument("pytest_args", nargs=argparse.REMAINDER)
-    return parser
-
-
-def preset_val_size(preset: Preset, n_train: int) -> int:
-    """The preset's validation split for a training split of ``n_train``: at most a fifth."""
-    return min(preset.val_size, n_train // 5)
-
-
-def resolve_val_size(preset: Preset, requested: int | None, no_test: bool, n_train: int) -> int:
-    """Training reviews to hold out for per-epoch validation.
-
-    ``requested`` (``--val-size``) wins when given. Otherwise a ``--no-test`` run holds out
-    the preset's ``val_size`` (at most a fifth of the split), and so does a test run unless
-    the preset is a ``final_fit`` one, which trains on everything. Raises ``ValueError``
-    saying what to do when the request leaves nothing to train on, or nothing to validate on
-    in a ``--no-test`` run.
-    """
-    if requested is None:
-        val_size = 0 if preset.final_fit and not no_test else preset_val_size(preset, n_train)
-    elif requested >= n_train:
-        raise ValueError(
-            f"--val-size {requested} leaves nothing to train on: the training split has "
-            f"{n_train} reviews; hold out fewer (or 0)"
-        )
-    else:
-        val_size = requested
-    if no_test and not val_size:
-        raise ValueError("--no-test needs a validation split to report on; drop --val-size 0")
-    return val_size
-
-
-def _train_baseline(args: argparse.Namespace) -> int:
-    """``--model bow-mlp|bigram-mlp|lstm``: refuse the transformer's options, then train."""
-    given = (
-        ("--preset", args.preset is not None),
-        ("--set", bool(args.set)),
-        ("--val-size", args.val_size is not None),
-        ("--no-test", args.no_test),
+    predict = sub.add_parser(
+        "predict",
+        help="score your own reviews with a trained checkpoint",
+        description="Print, for each review, the probability that it is positive.",
     )
-    misplaced = [option for option, used in given if used]
-    if misplaced:
-        print(
-            f"error: {', '.join(misplaced)} {'applies' if len(misplaced) == 1 else 'apply'} "
-            "only to the transformer; a baseline trains "
-            "with its fixed recipe (RECIPES in m2l_nlp/baselines.py), holds out a tenth of the "
-            "training reviews for validation and reports test accuracy",
-            file=sys.stderr,
-        )
-        return 2
-    args.out = args.out or str(Path("runs") / args.model)  # checked here, written there
-    if _refuse_output_folders(Path(args.out), args.cache_dir):
-        return 2
-    from m2l_nlp.baselines import cli_train
+    predict.add_argument("texts", nargs="+", help="one or more reviews (quote each)")
+    predict.add_argument(
+        "--checkpoint",
+        default=None,
+        help=f"a checkpoint folder written by `m2l-nlp train` (default: {DEFAULT_CHECKPOINT}, "
+        "the run of `make train`)",
+    )
+    predict.add_argument(
+        "--impl",
+        choices=IMPLS,
+        default="solutions",
+        help="whose model code reads the checkpoint (default: solutions)",
+    )
 
-    return cli_train(args)
+    sub.add_parser(
+        "grade", help="grade the exercises (`m2l-nlp grade --help` for its options)", add_help=False
+    )
+    return parser
 
 
 def _positive(text: str) -> int:
@@ -312,205 +179,101 @@ def unwritable(folder: Path, option: str) -> str | None:
     return None
 
 
-def _refuse_output_folders(out: Path, cache_dir: str | None) -> bool:
-    """Print an error and return True if ``out`` or the data cache cannot be written: found
-    before the data load, not after the training it would have thrown away."""
-    from m2l_nlp.data import default_cache_dir
-
-    cache = Path(cache_dir) if cache_dir else default_cache_dir()
-    problem = unwritable(out, "--out") or unwritable(cache, "--cache-dir")
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-    return problem is not None
-
-
-def _data_source(data: str | None) -> str | None:
-    if data == "small":
-        from m2l_nlp.data import SMALL_DATA
-
-        return str(SMALL_DATA)
-    return data
+def _preset_name(args: argparse.Namespace) -> str:
+    """``--preset``, else ``--model``'s baseline, else demo for ``--data small``, else default."""
+    if args.model not in (None, TRANSFORMER):
+        if args.preset not in (None, args.model):
+            raise ValueError(f"--model {args.model} and --preset {args.preset}: give one of them")
+        return args.model
+    if args.preset is not None:
+        if args.model == TRANSFORMER and PRESETS[args.preset].architecture != TRANSFORMER:
+            raise ValueError(f"--preset {args.preset} is a baseline, not the transformer")
+        return args.preset
+    return SMALL_DATA_PRESET if args.data == "small" else DEFAULT_PRESET
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    if args.model != "transformer":
-        return _train_baseline(args)
-    args.preset = args.preset or "default"
-    import jax
-    import numpy as np
-
-    from m2l_nlp import training
-    from m2l_nlp.checkpoint import save_checkpoint
-    from m2l_nlp.data import prepare_imdb
+    from m2l_nlp.data import default_cache_dir, prepare_for
+    from m2l_nlp.training import train_and_evaluate
 
     start = time.perf_counter()
-    try:
-        preset = override_preset(PRESETS[args.preset], args.set)
-    except (TypeError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
-    settings_kw = dict(preset.train, seed=args.seed)
-    if args.epochs is not None:
-        settings_kw["epochs"] = args.epochs
-    try:
-        settings = training.TrainSettings(**settings_kw)
-        ClassifierConfig(vocab_size=preset.vocab_size, max_len=preset.seq_len, **preset.model)
-    except (TypeError, ValueError) as error:
-        print(f"error: preset {args.preset} with {args.set}: {error}", file=sys.stderr)
-        return 2
-    try:  # what can be checked before the data load (which takes minutes on the full IMDB)
+    try:  # everything that can be checked before the data load (minutes on the full IMDB)
+        name = _preset_name(args)
+        preset = override(PRESETS[name], args.set)
+        if args.epochs is not None:
+            preset = override(preset, [f"train.epochs={args.epochs}"])
+        preset.check()
         resolve_val_size(preset, args.val_size, args.no_test, n_train=sys.maxsize)
-    except ValueError as error:
+    except (TypeError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    out = Path(args.out or default_out(args.preset, args.no_test))
-    if _refuse_output_folders(out, args.cache_dir):
+    out = Path(args.out or default_out(name, args.no_test))
+    cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    problem = unwritable(out, "--out") or unwritable(cache, "--cache-dir")
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
-    progress = not args.no_progress
     print(f"devices: {devices.describe_devices()}")
-    print(f"preset {args.preset}: {preset.description}")
+    print(f"preset {name}: {preset.description}")
     if args.set:
         print(f"changed: {' '.join(args.set)}")
-
-    data = prepare_imdb(
-        _data_source(args.data),
-        vocab_size=preset.vocab_size,
-        seq_len=preset.seq_len,
-        seed=args.seed,
-        cache_dir=args.cache_dir,
-        progress=progress,
-        bigram_tokens=preset.bigram_tokens,
-        bigram_mode=preset.bigram_mode,
+    progress = not args.no_progress
+    data = prepare_for(
+        preset, args.data, seed=args.seed, cache_dir=args.cache_dir, progress=progress
     )
-    n_train = len(data.train_labels)
+    print(f"data prepared ({time.perf_counter() - start:.0f}s)")
     try:
-        val_size = resolve_val_size(preset, args.val_size, args.no_test, n_train)
-    except ValueError as error:
+        run = train_and_evaluate(
+            preset,
+            data,
+            out,
+            name=name,
+            changed=args.set,
+            impl=args.impl,
+            seed=args.seed,
+            val_size=args.val_size,
+            no_test=args.no_test,
+            progress=progress,
+        )
+    except ValueError as error:  # e.g. --val-size larger than the training split
         print(f"error: {error}", file=sys.stderr)
         return 2
-    keep = n_train - val_size
-    print(
-        f"data: {keep} train / {val_size} validation / {len(data.test_labels)} test reviews, "
-        f"vocab {data.vocab_size}{_bigram_note(data)}, up to {data.seq_len} tokens "
-        f"({time.perf_counter() - start:.0f}s)"
-    )
-    if preset.final_fit and not val_size:
+    _print_result(run, out, time.perf_counter() - start)
+    return 0
+
+
+def _print_result(run: Any, out: Path, elapsed: float) -> None:
+    history = run.history
+    if "val_acc" in history:
+        summary = ", ".join(f"{100 * a:.2f}" for a in history["val_acc"])
         print(
-            f"final fit: the {preset_val_size(preset, n_train)} validation reviews are trained "
-            "on too (the recipe was chosen on them); add --no-test to validate a recipe"
+            f"validation accuracy per epoch (%): {summary}; kept epoch {run.metrics['best_epoch']}"
         )
-    config = ClassifierConfig(vocab_size=data.vocab_size, max_len=data.seq_len, **preset.model)
-    model = training.build_model(config, args.impl)
-    params = training.init_params(
-        model, jax.random.PRNGKey(args.seed), config, embed_scale=preset.embed_scale
-    )
-    mesh = devices.make_mesh()
-    train_split = (data.train_ids[:keep], data.train_mask[:keep], data.train_labels[:keep])
-    val_split = None
-    if val_size:
-        val_split = (data.train_ids[keep:], data.train_mask[keep:], data.train_labels[keep:])
-    result = training.train(
-        model,
-        params,
-        train_split,
-        settings,
-        eval_data=val_split,
-        eval_name="val",
-        mesh=mesh,
-        progress=progress,
-    )
-    if args.no_test:
-        return _finish_validation_run(args, out, result, start)
-    test = training.evaluate(
-        result.params,
-        model,
-        (data.test_ids, data.test_mask, data.test_labels),
-        window=settings.crop_len,
-        batch_size=settings.eval_batch_size,
-        mesh=mesh,
-        progress=progress,
-        desc="test",
-    )
-    elapsed = time.perf_counter() - start
-    print(f"test accuracy: {test.accuracy:.4f} ({test.count} reviews), loss {test.loss:.4f}")
-    print("confusion matrix [true, predicted] (rows/cols: neg, pos):")
-    print(
-        f"            pred neg  pred pos\n  true neg  {test.confusion[0, 0]:8d}  "
-        f"{test.confusion[0, 1]:8d}\n  true pos  {test.confusion[1, 0]:8d}  "
-        f"{test.confusion[1, 1]:8d}"
-    )
-    print(f"total time: {elapsed:.0f}s")
-
-    metrics = {
-        "test_accuracy": test.accuracy,
-        "test_loss": test.loss,
-        "confusion": test.confusion.tolist(),
-        "seconds": elapsed,
-        "preset": args.preset,
-        "changed": list(args.set),
-        "best_epoch": result.best_epoch,
-        "impl": args.impl,
-        "devices": devices.describe_devices(),
-    }
-    meta = dict(metrics, settings=dataclasses.asdict(settings), history=result.history)
-    ckpt = save_checkpoint(
-        out / "checkpoint",
-        jax.device_get(result.params),
-        config,
-        data.tokenizer,
-        meta,
-        bigram_table=data.bigram_table,
-        bigram_mode=data.bigram_mode,
-    )
-    write_json_atomic(out / "metrics.json", dict(metrics, history=result.history))
-    _save_plots(out, result.history, np.asarray(test.confusion))
-    print(f"wrote {ckpt} and {out}/metrics.json")
-    return 0
-
-
-def _finish_validation_run(args: argparse.Namespace, out: Path, result: Any, start: float) -> int:
-    """``--no-test``: report and save the validation history; the test set is not evaluated."""
-    elapsed = time.perf_counter() - start
-    summary = ", ".join(f"{100 * a:.2f}" for a in result.history["val_acc"])
-    print(f"validation accuracy per epoch (%): {summary}; best epoch {result.best_epoch}")
-    print(f"total time: {elapsed:.0f}s (test set not evaluated: --no-test)")
-    metrics = {
-        "val_accuracy": result.eval_result.accuracy,
-        "best_epoch": result.best_epoch,
-        "seconds": elapsed,
-        "preset": args.preset,
-        "changed": list(args.set),
-        "history": result.history,
-    }
-    write_json_atomic(out / "metrics.json", metrics)
-    _save_plots(out, result.history)
-    print(f"wrote {out}/metrics.json")
-    return 0
-
-
-def _bigram_note(data: Any) -> str:
-    if data.bigram_table is None:
-        return ""
-    return f" (of which {len(data.bigram_table)} bigram tokens, {data.bigram_mode}d)"
-
-
-def _save_plots(out: Path, history: dict, confusion: Any = None) -> None:
-    """Training curves, and the test confusion matrix when there is one."""
-    from m2l_nlp import plotting
-
-    paths = [out / "training_curves.png"]
-    plotting.save_figure(plotting.plot_training_curves(history, title="Training curves"), paths[0])
-    if confusion is not None:
-        paths.append(out / "confusion_matrix.png")
-        matrix = plotting.plot_confusion_matrix(confusion, title="Test confusion matrix")
-        plotting.save_figure(matrix, paths[1])
-    print(f"plots: {', '.join(map(str, paths))}")
+    if run.test is None:
+        print(f"total time: {elapsed:.0f}s (test set not evaluated: --no-test)")
+    else:
+        test, c = run.test, run.test.confusion
+        print(f"test accuracy: {test.accuracy:.4f} ({test.count} reviews), loss {test.loss:.4f}")
+        print("confusion matrix [true, predicted] (rows/cols: neg, pos):")
+        print(
+            f"            pred neg  pred pos\n  true neg  {c[0, 0]:8d}  {c[0, 1]:8d}\n"
+            f"  true pos  {c[1, 0]:8d}  {c[1, 1]:8d}"
+        )
+        print(f"total time: {elapsed:.0f}s")
+    written = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    print(f"wrote {out}/: {', '.join(written)}")
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from m2l_nlp.checkpoint import load_checkpoint, predict
 
-    checkpoint = load_checkpoint(args.checkpoint)  # CheckpointError: reported by main
+    path = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
+    checkpoint = load_checkpoint(path)  # CheckpointError: reported by main
+    meta = checkpoint.meta
+    trained = f"preset {meta.get('preset') or '?'}, impl {meta.get('impl', '?')}"
+    if "test_accuracy" in meta:
+        trained += f", test accuracy {meta['test_accuracy']:.4f}"
+    print(f"checkpoint: {path} ({trained})")
     probs = predict(args.texts, checkpoint, impl=args.impl)
     for text, p in zip(args.texts, probs, strict=True):
         label = "positive" if p >= 0.5 else "negative"
@@ -519,13 +282,13 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_grade(args: argparse.Namespace) -> int:
+def cmd_grade(pytest_args: Sequence[str]) -> int:
     try:
         from m2l_nlp.grading.cli import main as grade_main
     except ImportError as error:
         print(f"error: the grader is not available ({error})", file=sys.stderr)
         return 2
-    rest = list(args.pytest_args)
+    rest = list(pytest_args)
     if rest[:1] == ["--"]:
         rest = rest[1:]
     return int(grade_main(rest))
@@ -534,18 +297,18 @@ def cmd_grade(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``m2l-nlp``; returns the exit code."""
     from m2l_nlp.checkpoint import CheckpointError
-    from m2l_nlp.data import DataError, compilation_cache_dir
+    from m2l_nlp.data import compilation_cache_dir
+    from m2l_nlp.imdb_archive import DataError
 
     devices.configure_environment(compilation_cache=compilation_cache_dir())  # before JAX
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["grade"]:  # everything after "grade" belongs to pytest, options included
-        return cmd_grade(argparse.Namespace(pytest_args=argv[1:]))
+    if argv[:1] == ["grade"]:  # everything after "grade" belongs to the grader and pytest
+        return cmd_grade(argv[1:])
     args = _parser().parse_args(argv)
     try:
         if args.command == "train":
             return cmd_train(args)
-        if args.command == "predict":
-            return cmd_predict(args)
+        return cmd_predict(args)
     except (DataError, CheckpointError) as error:  # a missing or damaged file: what to do
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -565,7 +328,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    return cmd_grade(args)
 
 
 if __name__ == "__main__":

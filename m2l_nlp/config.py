@@ -1,11 +1,22 @@
-"""Model configuration shared by training, checkpoints and the CLI."""
+"""Every setting of the course in one home: presets, training settings, model sizes, the
+practical-1 baselines and the reverse task, and the one override syntax (``KEY=VALUE``).
+
+A :class:`Preset` is a whole recipe: how reviews are encoded (vocabulary, length, pair
+tokens), which model (``architecture``: the transformer or a practical-1 baseline) with which
+sizes (``model``), how it trains (``train``: the fields of :class:`TrainSettings`) and how
+many training reviews validate it. ``m2l-nlp train --preset NAME --set train.learning_rate=1e-3``
+is :func:`override` on ``PRESETS[NAME]``; :meth:`Preset.settings` turns its ``train`` dict into
+the :class:`TrainSettings` that :func:`m2l_nlp.training.make_optimizer` reads.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import numbers
 import typing
+from collections.abc import Sequence
 from typing import Any
 
 
@@ -72,3 +83,365 @@ class ClassifierConfig:
         if unknown:
             raise ValueError(f"unknown model settings {unknown}; known: {sorted(known)}")
         return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainSettings:
+    """How to train: optimisation, schedule, cropping and evaluation settings."""
+
+    epochs: int = 4
+    batch_size: int = 32
+    learning_rate: float = 2e-3
+    warmup_fraction: float = 0.05  # of all steps, linear warm-up from 0
+    final_lr_fraction: float = 0.02  # cosine decays to learning_rate * this
+    weight_decay: float = 0.05  # AdamW, on matrices only (not biases, norms)
+    clip_norm: float = 1.0  # global gradient-norm clipping (0: none)
+    crop_len: int = 256  # training windows: a random crop of this many tokens
+    token_dropout: float = 0.0  # training only: hide this fraction of tokens (word dropout)
+    ema_decay: float = 0.0  # > 0: evaluate and keep a moving average of the parameters
+    eval_every: int = 1  # evaluate every k epochs (and always after the last)
+    keep_best: bool = True  # with eval data: return the epoch with the best eval accuracy
+    eval_batch_size: int = 128
+    # gradient accumulation: split a batch so that rows * width**2 <= this per device;
+    # None: CPU_MICRO_BATCH_CELLS on a CPU (cache-sized pieces), no split on a GPU/TPU; 0: off
+    micro_batch_cells: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        for name in ("epochs", "batch_size", "crop_len", "eval_every", "eval_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        if not 0 <= self.token_dropout < 1:
+            raise ValueError(f"token_dropout must be in [0, 1), not {self.token_dropout}")
+        if self.micro_batch_cells is not None and self.micro_batch_cells < 0:
+            raise ValueError(
+                f"micro_batch_cells must be >= 0 or None, not {self.micro_batch_cells}"
+            )
+        if not 0 <= self.ema_decay < 1:
+            raise ValueError(f"ema_decay must be in [0, 1), not {self.ema_decay}")
+        if self.clip_norm < 0:
+            raise ValueError(f"clip_norm must be >= 0 (0: no clipping), not {self.clip_norm}")
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be positive, not {self.learning_rate}")
+
+
+TRANSFORMER = "transformer"
+BASELINES = ("bow-mlp", "bigram-mlp", "lstm")  # practical 1's models
+
+
+@dataclasses.dataclass(frozen=True)
+class BaselineConfig:
+    """Settings of a practical-1 baseline.
+
+    Attributes:
+        model: ``"bow-mlp"`` (multi-hot tokens), ``"bigram-mlp"`` (tokens + hashed bigrams)
+            or ``"lstm"``.
+        hidden_sizes: hidden layers of the MLP.
+        p_dropout: dropout rate (MLP hidden layers; LSTM final state).
+        num_buckets: bigram buckets (``bigram-mlp``).
+        use_tfidf: weigh the MLP features by TF-IDF fitted on the training reviews.
+        input_dropout: dropout rate on the MLP's input features (training only).
+        embed_size, hidden_size: LSTM sizes.
+        max_len: the LSTM reads only the first ``max_len`` tokens (recurrence is slow on CPU).
+    """
+
+    model: str = "bigram-mlp"
+    hidden_sizes: tuple[int, ...] = (64,)
+    p_dropout: float = 0.5
+    num_buckets: int = 2**17
+    use_tfidf: bool = False
+    input_dropout: float = 0.0
+    embed_size: int = 64
+    hidden_size: int = 64
+    max_len: int = 256
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        if self.model not in BASELINES:
+            raise ValueError(
+                f"unknown baseline {self.model!r}: choose one of {', '.join(BASELINES)}"
+            )
+        object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
+        for name in ("p_dropout", "input_dropout"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name} must be in [0, 1), not {getattr(self, name)}")
+        if self.num_buckets < 1 or self.max_len < 1:
+            raise ValueError("num_buckets and max_len must be positive")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        out["hidden_sizes"] = list(self.hidden_sizes)
+        return out
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> BaselineConfig:
+        return cls(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """A full recipe: data encoding, model and its sizes, training settings, validation size."""
+
+    description: str
+    vocab_size: int
+    seq_len: int  # tokens kept per review (evaluation reads up to this many)
+    model: dict[str, Any]  # ClassifierConfig (transformer) or BaselineConfig fields
+    train: dict[str, Any]  # TrainSettings fields
+    val_size: int  # held out from the training split for per-epoch validation
+    architecture: str = TRANSFORMER  # or one of BASELINES
+    embed_scale: float = 1.0  # initial token embeddings times this (transformer)
+    bigram_tokens: int = 0  # > 0: that many frequent token pairs as extra tokens (m2l_nlp.bigrams)
+    bigram_mode: str = "merge"  # "merge": a pair replaces its first token; "interleave": follows it
+    # True: a run that reports test accuracy trains on the whole training split, validation
+    # reviews included, for the preset's epochs (chosen beforehand by --no-test runs, which
+    # still hold out val_size) and keeps the last epoch. --val-size overrides either way.
+    final_fit: bool = False
+
+    def __post_init__(self) -> None:
+        from m2l_nlp import bigrams
+        from m2l_nlp.tokenization import MIN_VOCAB_SIZE
+
+        check_field_types(self)
+        bigrams.check_mode(self.bigram_mode)
+        if self.architecture not in (TRANSFORMER, *BASELINES):
+            raise ValueError(
+                f"architecture must be {TRANSFORMER} or one of {', '.join(BASELINES)}, "
+                f"not {self.architecture!r}"
+            )
+        limits = {"vocab_size": MIN_VOCAB_SIZE, "seq_len": 1, "bigram_tokens": 0, "val_size": 0}
+        for name, least in limits.items():
+            if getattr(self, name) < least:
+                raise ValueError(f"{name} must be at least {least}, not {getattr(self, name)}")
+        if self.embed_scale <= 0:
+            raise ValueError(f"embed_scale must be positive, not {self.embed_scale}")
+
+    def settings(self, **changes: Any) -> TrainSettings:
+        """The training settings of this recipe (``changes`` win, e.g. ``seed=1``)."""
+        return TrainSettings(**{**self.train, **changes})
+
+    def model_config(self, vocab_size: int | None = None) -> ClassifierConfig | BaselineConfig:
+        """The model's config, for the data's vocabulary (pair tokens included)."""
+        vocab = self.vocab_size if vocab_size is None else vocab_size
+        if self.architecture == TRANSFORMER:
+            return ClassifierConfig(vocab_size=vocab, max_len=self.seq_len, **self.model)
+        return BaselineConfig(model=self.architecture, **self.model)
+
+    def check(self) -> None:
+        """Raise ``ValueError`` (or ``TypeError``) if the model or training settings are wrong."""
+        self.settings()
+        self.model_config()
+
+    def val_size_for(self, n_train: int) -> int:
+        """The validation split for a training split of ``n_train`` reviews: at most a fifth."""
+        return min(self.val_size, n_train // 5)
+
+
+def _baseline(description: str, architecture: str, model: dict, seq_len: int, **train) -> Preset:
+    """A practical-1 recipe: Adam at a constant rate, no weight decay, no crop, no buckets'
+    micro-batches, the best epoch on the validation reviews kept."""
+    constant_adam = dict(
+        warmup_fraction=0.0, final_lr_fraction=1.0, weight_decay=0.0, clip_norm=0.0
+    )
+    settings = dict(constant_adam, crop_len=seq_len, micro_batch_cells=0, **train)
+    return Preset(description, 20000, seq_len, model, settings, 2500, architecture)
+
+
+PRESETS: dict[str, Preset] = {
+    "default": Preset(
+        "the recipe of `make train` (full IMDB): 50,000 frequent token pairs as extra tokens, "
+        "1 layer, d_model 128, mean pooling, dropout 0.5, batches of 128, random 512-token "
+        "crops, moving average of the weights, evaluation averaged over 512-token windows; "
+        "the test run trains on all training reviews (final fit)",
+        vocab_size=20000,
+        seq_len=1024,
+        model=dict(num_layers=1, num_heads=4, d_model=128, d_ff=256, p_dropout=0.5, pooling="mean"),
+        train=dict(
+            epochs=3,
+            batch_size=128,
+            learning_rate=4e-3,
+            weight_decay=0.3,
+            crop_len=512,
+            ema_decay=0.992,
+        ),
+        val_size=2500,
+        embed_scale=0.1,
+        bigram_tokens=50000,
+        final_fit=True,
+    ),
+    "seed": Preset(
+        "the tutorial's model: d_model 32, 2 layers, 8 heads, d_ff 32, 600 tokens, mean pool",
+        vocab_size=20000,
+        seq_len=600,
+        model=dict(num_layers=2, num_heads=8, d_model=32, d_ff=32, p_dropout=0.1, pooling="mean"),
+        train=dict(epochs=2, batch_size=8, learning_rate=1e-3, weight_decay=0.0, crop_len=600),
+        val_size=2500,
+    ),
+    "demo": Preset(
+        "a tiny model for the bundled small dataset (`--data small`; seconds), with pair tokens",
+        vocab_size=2000,
+        seq_len=256,
+        model=dict(
+            num_layers=1, num_heads=2, d_model=32, d_ff=64, p_dropout=0.1, pooling="mean_max"
+        ),
+        train=dict(epochs=3, batch_size=16, learning_rate=3e-3, weight_decay=0.01, crop_len=128),
+        val_size=50,
+        bigram_tokens=2000,
+    ),
+    # Practical 1's baselines (`--model NAME` or `--preset NAME`). Bags of words need no
+    # cut: 2048 tokens keep all of almost every review; the LSTM reads its first 256.
+    "bow-mlp": _baseline(
+        "practical 1: multi-hot bag of words, MLP (64 hidden, dropout 0.5)",
+        "bow-mlp",
+        dict(hidden_sizes=(64,), p_dropout=0.5),
+        2048,
+        epochs=3,
+        batch_size=128,
+        learning_rate=1e-3,
+    ),
+    "bigram-mlp": _baseline(
+        "practical 1: bag of words and hashed bigrams, TF-IDF, MLP (64 hidden, dropout 0.5)",
+        "bigram-mlp",
+        dict(hidden_sizes=(64,), p_dropout=0.5, use_tfidf=True),
+        2048,
+        epochs=3,
+        batch_size=128,
+        learning_rate=1e-3,
+    ),
+    "lstm": _baseline(
+        "practical 1: LSTM (64 units) over the first 256 tokens",
+        "lstm",
+        dict(embed_size=64, hidden_size=64, p_dropout=0.2, max_len=256),
+        256,
+        epochs=6,
+        batch_size=64,
+        learning_rate=3e-3,
+        clip_norm=1.0,
+    ),
+}
+
+PRESETS["unigram"] = dataclasses.replace(
+    PRESETS["default"],
+    description="the default without pair tokens: batches of 32, 256-token crops, 4 epochs",
+    train=dict(
+        PRESETS["default"].train,
+        epochs=4,
+        batch_size=32,
+        learning_rate=2e-3,
+        crop_len=256,
+        ema_decay=0.998,
+    ),
+    bigram_tokens=0,
+    final_fit=False,  # its results row held out the validation reviews
+)
+
+SMALL_DATA_PRESET = "demo"  # what `--data small` trains when no preset is named
+
+
+@dataclasses.dataclass(frozen=True)
+class ReverseConfig:
+    """The reverse-sequence task (m2l_nlp.reverse): sizes and training settings."""
+
+    num_digits: int = 10
+    seq_len: int = 16
+    num_layers: int = 1
+    num_heads: int = 1
+    d_model: int = 32
+    d_ff: int = 64
+    p_dropout: float = 0.0
+    batch_size: int = 128
+    steps: int = 400  # batches of random sequences in all
+    epochs: int = 10  # steps / epochs batches of distinct sequences, each seen epochs times
+    learning_rate: float = 5e-3
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        if self.num_digits < 2 or self.seq_len < 2:
+            raise ValueError("num_digits and seq_len must be at least 2")
+        if self.steps < 1 or self.batch_size < 1 or self.epochs < 1:
+            raise ValueError("steps, epochs and batch_size must be positive")
+
+    def settings(self) -> TrainSettings:
+        """Adam with a short warm-up and a cosine decay over all steps."""
+        return TrainSettings(
+            epochs=self.epochs,
+            batch_size=self.batch_size,
+            learning_rate=self.learning_rate,
+            warmup_fraction=min(50, self.steps // 5 + 1) / self.steps,
+            final_lr_fraction=0.0,
+            weight_decay=0.0,
+            clip_norm=0.0,
+            crop_len=self.seq_len,
+            micro_batch_cells=0,
+            keep_best=False,
+            seed=self.seed,
+        )
+
+
+def _parse_value(text: str) -> Any:
+    """A ``--set`` value: JSON (numbers, ``true``/``false``, ``null``, lists), else text."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def override(settings: Any, assignments: Sequence[str]) -> Any:
+    """``settings`` (a :class:`Preset` or another settings dataclass) with ``KEY=VALUE``
+    assignments applied: the one override syntax (``m2l-nlp train --set``).
+
+    Top-level fields by name (``bigram_tokens=100000``); a preset's model sizes and training
+    settings with a prefix (``model.d_model=64``, ``train.crop_len=512``). A value is read
+    as JSON and otherwise kept as text (``model.pooling=max``). Raises ``ValueError``
+    naming the valid keys when a key is unknown.
+    """
+    groups: dict[str, set[str]] = {}
+    if isinstance(settings, Preset):
+        model_cls = ClassifierConfig if settings.architecture == TRANSFORMER else BaselineConfig
+        groups = {
+            "model": {f.name for f in dataclasses.fields(model_cls)}
+            - {"vocab_size", "max_len", "model"},
+            "train": {f.name for f in dataclasses.fields(TrainSettings)},
+        }
+    top = {f.name for f in dataclasses.fields(settings)} - {"description", "architecture", *groups}
+    for item in assignments:
+        key, sep, text = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set {item!r}: expected KEY=VALUE, e.g. train.crop_len=512")
+        value = _parse_value(text)
+        group, dot, name = key.partition(".")
+        if dot and name in groups.get(group, ()):
+            group_values = {**getattr(settings, group), name: value}
+            settings = dataclasses.replace(settings, **{group: group_values})
+        elif not dot and key in top:
+            settings = dataclasses.replace(settings, **{key: value})
+        else:
+            known = ", ".join(sorted(top))
+            for prefix, names in groups.items():
+                known += f", {prefix}.NAME ({', '.join(sorted(names))})"
+            raise ValueError(f"--set {item!r}: unknown key {key!r}; use one of {known}")
+    return settings
+
+
+def resolve_val_size(preset: Preset, requested: int | None, no_test: bool, n_train: int) -> int:
+    """Training reviews to hold out for per-epoch validation.
+
+    ``requested`` (``--val-size``) wins when given. Otherwise a ``no_test`` run holds out
+    the preset's ``val_size`` (at most a fifth of the split), and so does a test run unless
+    the preset is a ``final_fit`` one, which trains on everything. Raises ``ValueError``
+    saying what to do when the request leaves nothing to train on, or nothing to validate on
+    in a ``no_test`` run.
+    """
+    if requested is None:
+        val_size = 0 if preset.final_fit and not no_test else preset.val_size_for(n_train)
+    elif requested >= n_train:
+        raise ValueError(
+            f"--val-size {requested} leaves nothing to train on: the training split has "
+            f"{n_train} reviews; hold out fewer (or 0)"
+        )
+    else:
+        val_size = requested
+    if no_test and not val_size:
+        raise ValueError("--no-test needs a validation split to report on; drop --val-size 0")
+    return val_size

@@ -47,6 +47,13 @@ def _is_static(value: Any) -> bool:
     )
 
 
+def check_flag(value: Any) -> None:
+    """Raise a clear ``TypeError`` unless ``value`` is a Python bool (a traced or NumPy flag
+    cannot choose the graph)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{FLAG} must be a Python bool (True or False), got {value!r}")
+
+
 def _with_static_flag(
     fn: Callable[..., Any], signature: inspect.Signature, n_lead: int, jit: bool
 ) -> Callable[..., Any]:
@@ -66,15 +73,40 @@ def _with_static_flag(
         lead, rest = args[:n_lead], args[n_lead:]
         bound = signature.bind(*rest, **kwargs)
         bound.apply_defaults()
-        if FLAG in bound.arguments and not isinstance(bound.arguments[FLAG], bool):
-            raise TypeError(
-                f"{FLAG} must be a Python bool (True or False), got {bound.arguments[FLAG]!r}"
-            )
+        if FLAG in bound.arguments:
+            check_flag(bound.arguments[FLAG])
         arrays = {k: v for k, v in bound.arguments.items() if not _is_static(v)}
         static = tuple(sorted((k, v) for k, v in bound.arguments.items() if _is_static(v)))
         return compiled(tuple(lead), arrays, static)
 
     return wrapped
+
+
+def _deterministic(
+    forward: Callable[..., Any], signature: inspect.Signature
+) -> tuple[Callable[..., Any], inspect.Signature]:
+    """The forward with ``is_train=False`` and its signature (the flag defaults to False).
+
+    The flag may still be passed, as the tutorial does (``model_fw.apply(params, x, mask,
+    False)``), but only as ``False``: this function has no dropout key to train with.
+    """
+    params = [
+        p.replace(default=False) if p.name == FLAG else p for p in signature.parameters.values()
+    ]
+    fw_signature = signature.replace(parameters=params)
+
+    def deterministic(*args, **kwargs):
+        bound = fw_signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        check_flag(bound.arguments[FLAG])
+        if bound.arguments[FLAG]:
+            raise ValueError(
+                "model_fw / predict_fw run the model in evaluation mode (is_train=False): for "
+                "training mode use model.apply or predict, which take a random key for dropout"
+            )
+        return forward(*bound.args, **bound.kwargs)
+
+    return deterministic, fw_signature
 
 
 def funcs_from_stateful(stateful_forward: Callable[..., Any], jit: bool = True) -> ModelFuncs:
@@ -84,21 +116,23 @@ def funcs_from_stateful(stateful_forward: Callable[..., Any], jit: bool = True) 
     are arrays; ``is_train`` (if the forward has it) may be given by position or keyword and
     is treated as static, so ``predict(params, key, x, mask, True)`` and
     ``predict(params, key, x, mask, is_train=True)`` both compile (once per flag value).
+    The deterministic pair accepts the flag too, as ``False`` or left out:
+    ``predict_fw(params, x, mask)``, ``predict_fw(params, x, mask, False)``,
+    ``model_fw.apply(params, x, mask, is_train=False)``.
+
+    This is the one place in the course where ``hk.transform`` is called.
     """
     signature = inspect.signature(stateful_forward)
     model = hk.transform(stateful_forward)
-
     if FLAG in signature.parameters:
-
-        def deterministic(*args, **kwargs):
-            return stateful_forward(*args, **kwargs, **{FLAG: False})
+        deterministic, fw_signature = _deterministic(stateful_forward, signature)
     else:
-        deterministic = stateful_forward
+        deterministic, fw_signature = stateful_forward, signature
     model_fw = hk.without_apply_rng(hk.transform(deterministic))
 
     predict = _with_static_flag(model.apply, signature, 2, jit)
     init_params = _with_static_flag(model.init, signature, 1, jit)
-    predict_fw = jax.jit(model_fw.apply) if jit else model_fw.apply
+    predict_fw = _with_static_flag(model_fw.apply, fw_signature, 1, jit)
     return ModelFuncs(model, model_fw, predict, predict_fw, init_params)
 
 

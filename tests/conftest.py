@@ -1,9 +1,79 @@
-"""Test configuration: load the auto-grader's pytest plugin (``--impl``, score table, ...)."""
+"""Test configuration: load the auto-grader's pytest plugin (``--impl``, score table, ...),
+and the tiny classifier that the tests of training, evaluation, batching and model share."""
 
 import os
+
+import numpy as np
+import pytest
+
+from m2l_nlp.config import ClassifierConfig
 
 pytest_plugins = ["m2l_nlp.grading.pytest_plugin"]
 
 # The CLI keeps compiled programs on disk (JAX_COMPILATION_CACHE_DIR); an empty value turns
 # that off, so tests that run the CLI, and the subprocesses they start, write none.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", "")
+
+# ----------------------------------------------------------------------------- tiny classifier
+# Session-scoped: one ModelFuncs object per worker, so the jitted steps keyed on it compile
+# once for all the test files that use it (training, evaluation, batching, model).
+
+TINY_CONFIG = ClassifierConfig(
+    vocab_size=50, num_layers=1, num_heads=2, d_model=8, d_ff=16, p_dropout=0.1, max_len=48
+)
+
+
+def _random_split(n: int, seq_len: int = 48, seed: int = 0, min_len: int = 0):
+    """Right-padded random ids, mask and labels; lengths spread over [min_len, seq_len]."""
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(min_len, seq_len + 1, n)
+    lengths[:3] = [seq_len, 1, min_len]  # the extremes are always there
+    mask = (np.arange(seq_len) < lengths[:, None]).astype(np.int32)
+    ids = rng.integers(1, TINY_CONFIG.vocab_size, (n, seq_len)).astype(np.int32) * mask
+    labels = rng.integers(0, 2, n).astype(np.int32)
+    return ids, mask, labels
+
+
+def _signal_split(n: int, seq_len: int = 48, seed: int = 0):
+    """A learnable task: token 3 marks positive reviews, token 4 negative ones."""
+    ids, mask, labels = _random_split(n, seq_len, seed, min_len=4)
+    ids = np.where(ids == 3, 5, np.where(ids == 4, 5, ids))
+    marker = np.where(labels == 1, 3, 4)
+    ids[:, 0] = marker
+    ids[:, 2] = marker
+    return ids, mask, labels
+
+
+@pytest.fixture(scope="session")
+def tiny_config() -> ClassifierConfig:
+    """Sizes of the tiny transformer classifier (vocabulary 50, 48 tokens)."""
+    return TINY_CONFIG
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tiny_config):
+    """The tiny classifier's ModelFuncs: one object per session, so its steps compile once."""
+    from m2l_nlp import model
+
+    return model.classifier(tiny_config)
+
+
+@pytest.fixture(scope="session")
+def tiny_params(tiny_model, tiny_config):
+    import jax
+
+    from m2l_nlp import model
+
+    return model.init_params(tiny_model, jax.random.PRNGKey(0), tiny_config.max_len)
+
+
+@pytest.fixture(scope="session")
+def random_split():
+    """``random_split(n, seq_len=48, seed=0, min_len=0) -> (ids, mask, labels)``."""
+    return _random_split
+
+
+@pytest.fixture(scope="session")
+def signal_split():
+    """``signal_split(n, seq_len=48, seed=0) -> (ids, mask, labels)`` of a learnable task."""
+    return _signal_split

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from m2l_nlp import checkpoint as ck
-from m2l_nlp import training
+from m2l_nlp import model as model_lib
 from m2l_nlp.config import ClassifierConfig
 from m2l_nlp.tokenization import train_tokenizer
 
@@ -43,8 +43,8 @@ def config(tokenizer):
 
 @pytest.fixture(scope="module")
 def params(config):
-    model = training.build_model(config)
-    return jax.device_get(training.init_params(model, jax.random.PRNGKey(0), config))
+    model = model_lib.classifier(config)
+    return jax.device_get(model_lib.init_params(model, jax.random.PRNGKey(0), config.max_len))
 
 
 def test_round_trip(tmp_path, params, config, tokenizer):
@@ -186,8 +186,8 @@ def test_predict_any_text(tmp_path, params, config, tokenizer):
     from m2l_nlp.tokenization import batch_encode
 
     ids, mask = batch_encode(tokenizer, texts, seq_len=config.max_len)
-    model = training.build_model(config)
-    logits = np.asarray(model.apply(params, None, ids, mask, False))
+    model = model_lib.classifier(config)
+    logits = np.asarray(model.predict_fw(params, ids, mask))
     np.testing.assert_allclose(probs, 1 / (1 + np.exp(-logits)), rtol=1e-4, atol=1e-6)
     with pytest.raises(TypeError, match="list of strings"):
         ck.predict([1, 2], path)
@@ -202,9 +202,9 @@ def test_predict_reads_long_reviews_in_training_windows(tmp_path, params, config
 
     ids, mask = batch_encode(tokenizer, [text], seq_len=config.max_len)
     assert mask.sum() == 32
-    model = training.build_model(config)
+    model = model_lib.classifier(config)
     logits = [
-        float(model.apply(params, None, ids[:, s : s + 8], mask[:, s : s + 8], False)[0])
+        float(model.predict_fw(params, ids[:, s : s + 8], mask[:, s : s + 8])[0])
         for s in (0, 8, 16, 24)
     ]
     assert prob == pytest.approx(1 / (1 + np.exp(-np.mean(logits))), rel=1e-4)
@@ -226,8 +226,8 @@ def _bigram_model(tokenizer, seed: int):
         d_ff=16,
         max_len=32,
     )
-    model = training.build_model(config)
-    params = jax.device_get(training.init_params(model, jax.random.PRNGKey(seed), config))
+    model = model_lib.classifier(config)
+    params = jax.device_get(model_lib.init_params(model, jax.random.PRNGKey(seed), config.max_len))
     return base, table, config, model, params
 
 
@@ -247,13 +247,15 @@ def test_a_bigram_checkpoint_round_trips_and_predicts_like_the_model(tmp_path, t
     ids, mask = batch_encode(tokenizer, texts, seq_len=32)
     pair_ids = bigrams.merge_bigram_tokens(ids, mask, table, base)
     assert (pair_ids >= base).any()  # the texts do contain pairs of the table
-    logits = np.asarray(model.apply(params, None, pair_ids, mask, False))
+    logits = np.asarray(model.predict_fw(params, pair_ids, mask))
     np.testing.assert_allclose(probs, 1 / (1 + np.exp(-logits)), rtol=1e-4, atol=1e-6)
 
     # a model with too few embedding rows for the table is refused
     small = dataclasses.replace(config, vocab_size=base + 5)
-    small_model = training.build_model(small)
-    small_params = jax.device_get(training.init_params(small_model, jax.random.PRNGKey(1), small))
+    small_model = model_lib.classifier(small)
+    small_params = jax.device_get(
+        model_lib.init_params(small_model, jax.random.PRNGKey(1), small.max_len)
+    )
     path = ck.save_checkpoint(tmp_path / "bad", small_params, small, tokenizer, bigram_table=table)
     with pytest.raises(ck.CheckpointError, match="bigram table 10 pairs"):
         ck.load_checkpoint(path)
@@ -281,10 +283,10 @@ def test_an_interleaved_bigram_checkpoint_predicts_on_interleaved_ids(tmp_path, 
     ids, mask = batch_encode(tokenizer, texts, seq_len=32)
     inter, inter_mask = bigrams.interleave_bigram_tokens(ids, mask, table, base, seq_len=32)
     assert (inter >= base).any() and inter_mask[1].sum() == 32
-    logits = np.asarray(model.apply(params, None, inter, inter_mask, False))
+    logits = np.asarray(model.predict_fw(params, inter, inter_mask))
     np.testing.assert_allclose(probs, 1 / (1 + np.exp(-logits)), rtol=1e-4, atol=1e-6)
     merged = bigrams.merge_bigram_tokens(ids, mask, table, base)
-    other = np.asarray(model.apply(params, None, merged, mask, False))
+    other = np.asarray(model.predict_fw(params, merged, mask))
     assert not np.allclose(logits, other)  # the mode matters: merging reads something else
 
     (path / bigrams.MODE_FILE).write_text("sideways\n")

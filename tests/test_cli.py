@@ -12,31 +12,6 @@ import pytest
 from m2l_nlp import cli
 
 
-def test_presets_are_valid_configs():
-    from m2l_nlp.config import ClassifierConfig
-    from m2l_nlp.training import TrainSettings
-
-    for preset in cli.PRESETS.values():
-        ClassifierConfig(vocab_size=preset.vocab_size, max_len=preset.seq_len, **preset.model)
-        TrainSettings(**preset.train)
-    seed = cli.PRESETS["seed"]
-    assert (seed.model["d_model"], seed.model["num_layers"], seed.model["num_heads"]) == (32, 2, 8)
-    assert seed.seq_len == 600
-
-
-def test_unigram_preset_is_the_default_recipe_before_bigram_tokens():
-    default, unigram = cli.PRESETS["default"], cli.PRESETS["unigram"]
-    assert default.bigram_tokens > 0 and unigram.bigram_tokens == 0
-    # the 88.06 % row of the README: the recipe before bigram tokens and batches of 128
-    before = dict(epochs=4, batch_size=32, learning_rate=2e-3, crop_len=256, ema_decay=0.998)
-    assert {**default.train, **before} == unigram.train
-    assert (unigram.model, unigram.vocab_size, unigram.seq_len) == (
-        default.model,
-        default.vocab_size,
-        default.seq_len,
-    )
-
-
 def test_bad_arguments_exit_with_usage(capsys):
     with pytest.raises(SystemExit):
         cli.main(["train", "--preset", "nope"])
@@ -92,30 +67,20 @@ def test_grade_forwards_to_the_grader(monkeypatch):
 
 
 @pytest.mark.slow
-def test_train_then_predict_on_the_small_dataset(tmp_path, capsys):
-    out = tmp_path / "run"
-    code = cli.main(
-        [
-            "train",
-            "--data",
-            "small",
-            "--preset",
-            "demo",
-            "--epochs",
-            "1",
-            "--out",
-            str(out),
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--no-progress",
-        ]
-    )
-    assert code == 0
+def test_train_then_predict_on_the_small_dataset(tmp_path, capsys, monkeypatch):
+    """`--data small` alone trains the demo preset into runs/demo, never over runs/default;
+    predict names the checkpoint it reads."""
+    monkeypatch.chdir(tmp_path)
+    args = ["train", "--data", "small", "--epochs", "1", "--no-progress"]
+    assert cli.main([*args, "--cache-dir", str(tmp_path / "cache")]) == 0
+    out = tmp_path / "runs" / "demo"
+    assert not (tmp_path / "runs" / "default").exists()
     printed = capsys.readouterr().out
+    assert "preset demo:" in printed
     assert "epoch 1/1" in printed and "test accuracy" in printed and "true pos" in printed
     metrics = json.loads((out / "metrics.json").read_text())
     assert sum(map(sum, metrics["confusion"])) == 500  # every test review counted once
-    assert 0.0 <= metrics["test_accuracy"] <= 1.0
+    assert 0.0 <= metrics["test_accuracy"] <= 1.0 and metrics["preset"] == "demo"
     assert len(metrics["history"]["loss"]) == 1
     checkpoint = ("params.npz", "config.json", "tokenizer.json", "bigrams.npy")  # demo: bigrams
     for name in (
@@ -124,9 +89,39 @@ def test_train_then_predict_on_the_small_dataset(tmp_path, capsys):
         *(f"checkpoint/{f}" for f in checkpoint),
     ):
         assert (out / name).is_file(), name
+    assert cli.main(["predict", "I loved it"]) == 2  # no runs/default/checkpoint here
+    assert "runs/default/checkpoint" in capsys.readouterr().err
     assert cli.main(["predict", "I loved it", "", "--checkpoint", str(out / "checkpoint")]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 2 and all("p(positive)=" in line for line in lines)
+    assert lines[0].startswith(f"checkpoint: {out / 'checkpoint'} (preset demo, impl solutions")
+    assert len(lines) == 3 and all("p(positive)=" in line for line in lines[1:])
+
+
+def test_help_texts_state_every_default(capsys):
+    for command in (["train"], ["predict"]):
+        with pytest.raises(SystemExit):
+            cli.main([*command, "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        for option in ("--impl", "--seed", "--checkpoint"):
+            if option in text:
+                start = text.rindex(option + " ")  # the option list, not the usage line
+                assert "default" in text[start : start + 400], option
+    assert "runs/default/checkpoint" in text  # predict's default checkpoint is stated
+    with pytest.raises(SystemExit):
+        cli.main(["train", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for name in cli.PRESETS:
+        assert f"{name}: " in text  # every preset is described
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert "``" not in capsys.readouterr().out
+
+
+def test_grade_help_is_the_graders_own(capsys):
+    assert cli.main(["grade", "--help"]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("usage: m2l-nlp grade") and "--results-json" in text
+    assert len(text.splitlines()) < 30
 
 
 def test_module_entry_point_runs():
@@ -159,20 +154,6 @@ def test_val_size_zero_trains_on_the_whole_split_and_bad_sizes_are_refused(tmp_p
     assert "--no-test needs a validation split" in capsys.readouterr().err
 
 
-def test_final_fit_trains_on_the_validation_reviews_only_when_reporting_test_accuracy():
-    default, unigram = cli.PRESETS["default"], cli.PRESETS["unigram"]
-    assert default.final_fit and not unigram.final_fit
-    assert cli.resolve_val_size(default, None, no_test=False, n_train=25000) == 0
-    assert cli.resolve_val_size(default, None, no_test=True, n_train=25000) == 2500
-    assert cli.resolve_val_size(default, 1000, no_test=False, n_train=25000) == 1000
-    assert cli.resolve_val_size(unigram, None, no_test=False, n_train=25000) == 2500
-    assert cli.resolve_val_size(unigram, None, no_test=False, n_train=1000) == 200
-    with pytest.raises(ValueError, match="leaves nothing to train on"):
-        cli.resolve_val_size(default, 25000, no_test=False, n_train=25000)
-    with pytest.raises(ValueError, match="needs a validation split"):
-        cli.resolve_val_size(default, 0, no_test=True, n_train=25000)
-
-
 @pytest.mark.slow
 def test_final_fit_run_says_so_and_has_no_validation_history(tmp_path, capsys):
     out = tmp_path / "run"
@@ -186,25 +167,6 @@ def test_final_fit_run_says_so_and_has_no_validation_history(tmp_path, capsys):
     assert cli.main([*args, "--set", "final_fit=true", "--val-size", "50"]) == 0
     printed = capsys.readouterr().out
     assert " 50 validation " in printed and "final fit" not in printed
-
-
-def test_override_preset_changes_only_what_is_named():
-    default = cli.PRESETS["default"]
-    changed = cli.override_preset(
-        default, ["bigram_tokens=100000", "train.crop_len=512", "model.pooling=max"]
-    )
-    assert changed.bigram_tokens == 100000 and default.bigram_tokens == 50000
-    assert changed.train == {**default.train, "crop_len": 512}
-    assert changed.model == {**default.model, "pooling": "max"}
-    assert cli.override_preset(default, []) == default
-    for bad, message in [
-        ("train.crop_lenn=512", "unknown key 'train.crop_lenn'"),
-        ("model.vocab_size=5", "unknown key 'model.vocab_size'"),  # set by the data
-        ("description=x", "unknown key 'description'"),
-        ("crop_len", "expected KEY=VALUE"),
-    ]:
-        with pytest.raises(ValueError, match=message):
-            cli.override_preset(default, [bad])
 
 
 def test_no_test_run_reports_validation_only(tmp_path, capsys):
@@ -240,8 +202,9 @@ def test_no_test_run_reports_validation_only(tmp_path, capsys):
         (["--set", "val_size=2.5"], "val_size must be a whole number, not 2.5"),
         (["--out", "FILE"], "is a file, not a folder: choose another folder with --out"),
         (["--cache-dir", "FILE"], "choose another folder with --cache-dir"),
-        (["--model", "bow-mlp", "--no-test"], "--no-test applies only to the transformer"),
-        (["--model", "lstm", "--preset", "demo", "--set", "x=1"], "--preset, --set apply only"),
+        (["--model", "lstm", "--preset", "demo"], "--model lstm and --preset demo: give one"),
+        (["--model", "transformer", "--preset", "lstm"], "--preset lstm is a baseline"),
+        (["--model", "bow-mlp", "--set", "model.d_model=64"], "unknown key 'model.d_model'"),
         (["--model", "bow-mlp", "--out", "FILE"], "choose another folder with --out"),
     ],
 )

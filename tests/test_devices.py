@@ -97,14 +97,14 @@ SCRIPT = textwrap.dedent(
     """
     import json, sys
     import jax, numpy as np, optax
-    from m2l_nlp import devices, training
-    from m2l_nlp.config import ClassifierConfig
+    from m2l_nlp import devices, model as models, training
+    from m2l_nlp.config import ClassifierConfig, TrainSettings
 
     assert len(jax.devices()) == 8, jax.devices()
     cfg = ClassifierConfig(vocab_size=40, num_layers=1, num_heads=2, d_model=8, d_ff=16,
                            p_dropout=0.1, max_len=40)
-    model = training.build_model(cfg)
-    params = training.init_params(model, jax.random.PRNGKey(0), cfg)
+    model = models.classifier(cfg)
+    params = models.init_params(model, jax.random.PRNGKey(0), cfg.max_len)
     rng = np.random.default_rng(0)
     n = 60  # not a multiple of the batch: partial batches are sharded too
     lengths = rng.integers(3, 41, n)
@@ -112,7 +112,7 @@ SCRIPT = textwrap.dedent(
     labels = rng.integers(0, 2, n).astype(np.int32)
     ids = rng.integers(5, 40, (n, 40)).astype(np.int32) * mask
     ids[:, 0] = np.where(labels == 1, 3, 4)
-    settings = training.TrainSettings(epochs=2, batch_size=16, learning_rate=1e-2, crop_len=24)
+    settings = TrainSettings(epochs=2, batch_size=16, learning_rate=1e-2, crop_len=24)
     out = {}
     for name, devs in (("one", jax.devices()[:1]), ("eight", jax.devices())):
         mesh = devices.make_mesh(devs)

@@ -1,4 +1,4 @@
-"""Tests of the notebook builder (m2l_nlp.notebooks) and of the committed notebooks."""
+"""Tests of the notebook builder (m2l_nlp.make_notebooks) and of the committed notebooks."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from m2l_nlp import notebooks
+from m2l_nlp import make_notebooks
 from m2l_nlp.data import compilation_cache_dir
 from m2l_nlp.impl import repo_root
 
@@ -34,14 +34,14 @@ def copy_sources(tmp_path: Path) -> Path:
 
 
 def test_committed_notebooks_are_up_to_date(capsys):
-    """`python -m m2l_nlp.notebooks --check` passes on the repository as committed."""
-    assert notebooks.main(["--check"]) == 0, capsys.readouterr().err
+    """`python -m m2l_nlp.make_notebooks --check` passes on the repository as committed."""
+    assert make_notebooks.main(["--check"]) == 0, capsys.readouterr().err
     assert STUDENT_NB.is_file() and SOLVED_NB.is_file()
 
 
 def test_check_command_line_exit_code():
     result = subprocess.run(
-        [sys.executable, "-m", "m2l_nlp.notebooks", "--check"],
+        [sys.executable, "-m", "m2l_nlp.make_notebooks", "--check"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -53,17 +53,17 @@ def test_check_command_line_exit_code():
 
 def test_build_then_check_detects_drift(tmp_path: Path, capsys):
     root = copy_sources(tmp_path)
-    assert notebooks.main(["--root", str(root), "--check"]) == 1  # nothing built yet
-    assert notebooks.main(["--root", str(root)]) == 0
+    assert make_notebooks.main(["--root", str(root), "--check"]) == 1  # nothing built yet
+    assert make_notebooks.main(["--root", str(root)]) == 0
     built = {p.name: p.read_text() for p in (root / "notebooks").glob("*.ipynb")}
     practicals = [p.stem for p in (root / "solutions").glob("*.py") if not p.stem.startswith("_")]
     assert PRACTICAL in practicals
     want = [f"{name}{suffix}.ipynb" for name in practicals for suffix in ("", "_solved")]
     assert sorted(built) == sorted(want)
-    assert notebooks.main(["--root", str(root), "--check"]) == 0
+    assert make_notebooks.main(["--root", str(root), "--check"]) == 0
 
     # Building again gives the same bytes (deterministic: no random cell ids, no outputs).
-    assert notebooks.main(["--root", str(root)]) == 0
+    assert make_notebooks.main(["--root", str(root)]) == 0
     assert {p.name: p.read_text() for p in (root / "notebooks").glob("*.ipynb")} == built
     assert not list((root / "notebooks").glob(".*"))  # no temporary files left
 
@@ -71,22 +71,22 @@ def test_build_then_check_detects_drift(tmp_path: Path, capsys):
     source = root / "solutions" / f"{PRACTICAL}.py"
     source.write_text(source.read_text().replace("# # Practical 2", "# # Practical two", 1))
     capsys.readouterr()
-    assert notebooks.main(["--root", str(root), "--check"]) == 1
+    assert make_notebooks.main(["--root", str(root), "--check"]) == 1
     err = capsys.readouterr().err
     assert f"{PRACTICAL}_solved.ipynb" in err and f"{PRACTICAL}.ipynb" not in err
-    assert "python -m m2l_nlp.notebooks" in err
+    assert "python -m m2l_nlp.make_notebooks" in err
 
     # A hand edit of a notebook is drift too.
-    assert notebooks.main(["--root", str(root)]) == 0
+    assert make_notebooks.main(["--root", str(root)]) == 0
     student = root / "notebooks" / f"{PRACTICAL}.ipynb"
     student.write_text(student.read_text().replace("Practical 2", "Practical 3", 1))
-    assert notebooks.main(["--root", str(root), "--check"]) == 1
+    assert make_notebooks.main(["--root", str(root), "--check"]) == 1
 
 
 def test_missing_exercises_gives_a_clear_error(tmp_path: Path, capsys):
     root = copy_sources(tmp_path)
     (root / "exercises" / f"{PRACTICAL}.py").unlink()
-    assert notebooks.main(["--root", str(root)]) == 2
+    assert make_notebooks.main(["--root", str(root)]) == 2
     assert "python -m m2l_nlp.grading.stubs" in capsys.readouterr().err
 
 
@@ -96,9 +96,9 @@ def test_notebook_structure_setup_cell_and_no_outputs():
         nbformat.validate(nb)
         assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# ")
         setup_md, setup = nb.cells[1], nb.cells[2]
-        assert notebooks.colab_url(f"notebooks/{path.name}") in setup_md.source
-        assert setup.source == notebooks.setup_code()
-        assert notebooks.REPO_URL in setup.source
+        assert make_notebooks.colab_url(f"notebooks/{path.name}") in setup_md.source
+        assert setup.source == make_notebooks.setup_code()
+        assert make_notebooks.REPO_URL in setup.source
         for cell in nb.cells:
             if cell.cell_type == "code":
                 assert cell.outputs == [] and cell.execution_count is None
@@ -107,10 +107,10 @@ def test_notebook_structure_setup_cell_and_no_outputs():
 
 
 def test_colab_url():
-    url = notebooks.colab_url("notebooks/x.ipynb", "https://github.com/me/course.git", "dev")
+    url = make_notebooks.colab_url("notebooks/x.ipynb", "https://github.com/me/course.git", "dev")
     assert url == "https://colab.research.google.com/github/me/course/blob/dev/notebooks/x.ipynb"
     with pytest.raises(ValueError, match="https://github.com/"):
-        notebooks.colab_url("notebooks/x.ipynb", "git@github.com:me/course")
+        make_notebooks.colab_url("notebooks/x.ipynb", "git@github.com:me/course")
 
 
 def test_notebook_only_cells_become_code_in_the_notebook():
@@ -138,8 +138,8 @@ def test_importing_the_practicals_runs_no_notebook_cell():
         from m2l_nlp.impl import load_practical
         load_practical("{PRACTICAL}", "solutions")
         load_practical("{PRACTICAL}", "exercises")
-        heavy = ("m2l_nlp.data", "m2l_nlp.training", "m2l_nlp.grading", "m2l_nlp.plotting",
-                 "matplotlib")
+        heavy = ("m2l_nlp.data", "m2l_nlp.imdb_archive", "m2l_nlp.training", "m2l_nlp.grading",
+                 "m2l_nlp.plotting", "matplotlib")
         print(sorted(m for m in heavy if m in sys.modules))
         """
     )
@@ -190,7 +190,7 @@ def run_setup(tmp_path: Path, mode: str) -> tuple[dict, str]:
     clone_dir = str(tmp_path / "clone")
     result = subprocess.run(
         [sys.executable, "-c", RUN_SETUP, clone_dir, mode],
-        input=notebooks.setup_code(clone_dir=clone_dir),
+        input=make_notebooks.setup_code(clone_dir=clone_dir),
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -217,7 +217,9 @@ def test_setup_cell_in_colab_clones_once_and_pins_jax(tmp_path: Path):
     state, printed = run_setup(tmp_path, "colab")
     clone_dir = str(tmp_path / "clone")
     clones = [c for c in state["calls"] if c[:2] == ["git", "clone"]]
-    assert clones == [["git", "clone", "--quiet", "--depth", "1", notebooks.REPO_URL, clone_dir]]
+    assert clones == [
+        ["git", "clone", "--quiet", "--depth", "1", make_notebooks.REPO_URL, clone_dir]
+    ]
     pips = [c for c in state["calls"] if c[1:4] == ["-m", "pip", "install"]]
     assert len(pips) == 2  # the cell was run twice: clone once, install (no-op) twice
     pip = pips[0]
@@ -239,7 +241,8 @@ def test_setup_cell_in_colab_clones_once_and_pins_jax(tmp_path: Path):
 def small_imdb(monkeypatch):
     """Kernels started by the test read the bundled small dataset wherever a notebook asks
     for IMDB without naming a source (``prepare_imdb()``, ``load_imdb()``): no download."""
-    from m2l_nlp.data import SMALL_DATA, SOURCE_ENV
+    from m2l_nlp.data import SMALL_DATA
+    from m2l_nlp.imdb_archive import SOURCE_ENV
 
     monkeypatch.setenv(SOURCE_ENV, str(SMALL_DATA))
 
@@ -327,7 +330,7 @@ def test_readme_colab_links_point_at_the_generated_notebooks():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     links = set(re.findall(r"https://colab\.research\.google\.com/github/[^)\s\"']+", readme))
     expected = {
-        notebooks.colab_url(path.relative_to(ROOT).as_posix())
+        make_notebooks.colab_url(path.relative_to(ROOT).as_posix())
         for path in sorted((ROOT / "notebooks").glob("*.ipynb"))
     }
     assert links <= expected, f"README links to notebooks that do not exist: {links - expected}"

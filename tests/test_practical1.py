@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from m2l_nlp.grading import check
-from m2l_nlp.grading import practical1 as graded
+from m2l_nlp.grading.practical1 import features as graded
 from m2l_nlp.impl import load_practical, repo_root
 
 PRACTICAL = "practical1_baselines"
@@ -218,7 +218,7 @@ def test_hand_examples_agree_with_reference():
 
 
 def test_baseline_config_validates():
-    from m2l_nlp.baselines import BaselineConfig
+    from m2l_nlp.config import BaselineConfig
 
     with pytest.raises(ValueError, match="choose one of"):
         BaselineConfig(model="svm")
@@ -230,30 +230,29 @@ def test_baseline_config_validates():
 
 @pytest.mark.parametrize("model", ["bow-mlp", "bigram-mlp", "lstm"])
 def test_baseline_forward_shapes_and_padding(model):
-    import haiku as hk
     import jax
 
-    from m2l_nlp.baselines import BaselineConfig, make_forward
+    from m2l_nlp.config import BaselineConfig
+    from m2l_nlp.model import baseline
 
     config = BaselineConfig(model=model, num_buckets=64, hidden_sizes=(8,), hidden_size=8)
     rng = np.random.default_rng(0)
     ids = rng.integers(1, 50, size=(3, 12)).astype(np.int32)
     mask = (np.arange(12)[None, :] < np.array([[12], [7], [3]])).astype(np.int32)
     ids = ids * mask
-    transformed = hk.transform(make_forward(config, vocab_size=50))
-    params = transformed.init(jax.random.PRNGKey(0), ids, mask, True)
-    logits = transformed.apply(params, None, ids, mask, False)
+    funcs = baseline(config, vocab_size=50)
+    params = funcs.init_params(jax.random.PRNGKey(0), ids, mask, True)
+    logits = funcs.predict_fw(params, ids, mask)
     assert logits.shape == (3,)
     # More padding (with junk ids) does not change the logits.
     longer_ids = np.concatenate([ids, rng.integers(1, 50, size=(3, 5))], 1).astype(np.int32)
     longer_mask = np.concatenate([mask, np.zeros((3, 5), np.int32)], 1)
-    np.testing.assert_allclose(
-        transformed.apply(params, None, longer_ids, longer_mask, False), logits, atol=1e-5
-    )
+    np.testing.assert_allclose(funcs.predict_fw(params, longer_ids, longer_mask), logits, atol=1e-5)
 
 
 def test_tfidf_forward_needs_idf_of_the_right_size():
-    from m2l_nlp.baselines import BaselineConfig, make_forward
+    from m2l_nlp.baselines import make_forward
+    from m2l_nlp.config import BaselineConfig
 
     config = BaselineConfig(model="bigram-mlp", num_buckets=64, use_tfidf=True)
     with pytest.raises(ValueError, match="idf"):
@@ -265,7 +264,8 @@ def test_tfidf_forward_needs_idf_of_the_right_size():
 def test_batched_idf_equals_fit_idf():
     """The chunked document frequencies give the exercise's fit_idf on the dense matrix."""
     from m2l_nlp import baselines
-    from m2l_nlp.baselines import BaselineConfig, featurizer, fit_baseline_idf
+    from m2l_nlp.baselines import featurizer, fit_baseline_idf
+    from m2l_nlp.config import BaselineConfig
 
     config = BaselineConfig(model="bigram-mlp", num_buckets=32, use_tfidf=True)
     rng = np.random.default_rng(1)
@@ -284,7 +284,8 @@ def test_batched_idf_equals_fit_idf():
 
 def test_baselines_read_a_notebooks_own_definitions():
     """``impl=globals()`` (a mapping) trains what the notebook's cells defined, not a file."""
-    from m2l_nlp.baselines import BaselineConfig, featurizer
+    from m2l_nlp.baselines import featurizer
+    from m2l_nlp.config import BaselineConfig
 
     ref = load_practical(PRACTICAL, "solutions")
     calls = []
@@ -302,24 +303,24 @@ def test_baselines_read_a_notebooks_own_definitions():
         bigrams(ids, mask)
 
 
-def test_split_and_confusion():
-    from m2l_nlp.baselines import split_validation
-    from m2l_nlp.training import confusion_matrix as confusion
+def test_confusion_counts():
+    from m2l_nlp.metrics import confusion_matrix as confusion
 
-    train, val = split_validation(100, 0.2, seed=3)
-    assert len(val) == 20 and len(train) == 80
-    assert sorted(np.concatenate([train, val]).tolist()) == list(range(100))
-    with pytest.raises(ValueError):
-        split_validation(10, 1.0)
     labels = np.array([0, 0, 1, 1, 1])
     logits = np.array([-1.0, 2.0, 3.0, -0.5, 0.1])
     np.testing.assert_array_equal(confusion(labels, logits), [[1, 1], [1, 2]])
 
 
 def test_cli_lists_every_baseline():
-    from m2l_nlp import baselines, cli
+    from m2l_nlp import cli, config
 
-    assert cli.BASELINES == baselines.MODELS == tuple(baselines.RECIPES)
+    choices = next(
+        a.choices
+        for a in cli._parser()._subparsers._group_actions[0].choices["train"]._actions
+        if a.dest == "model"
+    )
+    assert tuple(choices) == (config.TRANSFORMER, *config.BASELINES)
+    assert all(config.PRESETS[name].architecture == name for name in config.BASELINES)
 
 
 @pytest.mark.slow
@@ -348,7 +349,7 @@ def test_cli_trains_a_baseline_on_small_data(tmp_path, capsys):
     )
     assert code == 0
     metrics = json.loads((out / "metrics.json").read_text())
-    assert metrics["model"] == "bow-mlp"
+    assert metrics["architecture"] == "bow-mlp" and metrics["preset"] == "bow-mlp"
     assert sum(map(sum, metrics["confusion"])) == 500
     assert metrics["test_accuracy"] > 0.65  # chance is 0.5
     assert (out / "training_curves.png").is_file()

@@ -15,16 +15,17 @@ import jax
 import numpy as np
 import pytest
 
+from m2l_nlp.config import ReverseConfig
 from m2l_nlp.impl import load_practical
 from m2l_nlp.plotting import plot_attention_maps, save_figure
 from m2l_nlp.reverse import (
-    ReverseConfig,
     anti_diagonal_mass,
     evaluate_reverse,
     make_forward,
     reverse_batch,
     train_reverse,
 )
+from m2l_nlp.transform import funcs_from_stateful
 
 # Settings for the tests: the reference reaches 100 % (loss < 0.01) in 300 steps, seeds 0 and 1.
 CONFIG = ReverseConfig(steps=300, batch_size=128)
@@ -119,12 +120,13 @@ def test_without_positions_it_cannot_learn():
 
 def test_forward_shapes_and_maps():
     config = ReverseConfig(seq_len=6, d_model=8, d_ff=16, num_heads=2, num_layers=2)
-    model = hk.transform(make_forward(config))
+    funcs = funcs_from_stateful(make_forward(config))
     x, _ = reverse_batch(np.random.default_rng(0), 3, 6)
-    params = model.init(jax.random.PRNGKey(0), x, False)
-    logits = model.apply(params, None, x, False)
+    mask = np.ones_like(x)
+    params = funcs.init_params(jax.random.PRNGKey(0), x, mask, False)
+    logits = funcs.predict_fw(params, x, mask)
     assert logits.shape == (3, 6, config.num_digits)
-    maps = model.apply(params, None, x, False, True)
+    maps = funcs.predict_fw(params, x, mask, return_maps=True)
     assert [m.shape for m in maps] == [(3, 2, 6, 6)] * 2
     acc, seq_acc = evaluate_reverse(lambda inputs: inputs[:, ::-1], config, num_sequences=20)
     assert acc == seq_acc == 1.0

@@ -97,3 +97,23 @@ def test_init_and_pred_gives_params_and_output():
     params, out = init_and_pred(forward, KEY, X, MASK, False)
     assert out.shape == (2, 5)
     assert set(params) == {"linear", "linear_1"}
+
+
+def test_every_tutorial_call_form_works(funcs, params):
+    """The tutorial's calls, jitted and not, flag by position or keyword, all agree."""
+    for f in (funcs, funcs_from_stateful(forward, jit=False)):
+        want = f.predict(params, KEY, X, MASK, False)
+        np.testing.assert_allclose(f.predict_fw(params, X, MASK, False), want, rtol=1e-6)
+        np.testing.assert_allclose(f.predict_fw(params, X, MASK, is_train=False), want, rtol=1e-6)
+        np.testing.assert_allclose(f.model_fw.apply(params, X, MASK, False), want, rtol=1e-6)
+        np.testing.assert_allclose(f.predict(params, KEY, X, MASK, is_train=False), want, rtol=1e-6)
+        trained = f.model.apply(params, KEY, X, MASK, True)
+        np.testing.assert_allclose(f.predict(params, KEY, X, MASK, True), trained, rtol=1e-6)
+        assert set(f.init_params(KEY, X, MASK, True)) == set(params)
+
+
+def test_the_deterministic_forward_refuses_training_mode(funcs, params):
+    with pytest.raises(ValueError, match="evaluation mode"):
+        funcs.predict_fw(params, X, MASK, True)
+    with pytest.raises(TypeError, match="is_train must be a Python bool"):
+        funcs.model_fw.apply(params, X, MASK, np.bool_(False))

@@ -41,5 +41,27 @@ def _chdir(path: os.PathLike[str] | str):  # contextlib.chdir is Python >= 3.11
         os.chdir(old)
 
 
+HELP = """\
+usage: m2l-nlp grade [OPTIONS] [PYTEST OPTIONS]
+
+Grade the exercises with pytest and print the score table.
+
+grader options:
+  --impl {exercises,solutions}  what to grade (default: exercises, your work; env M2L_IMPL)
+  -m EXERCISE                   one exercise only, e.g. -m multihead_attention
+                                (the names are in the score table)
+  --results-json PATH           also write the scores as Gradescope's results.json
+  --grade-timeout SECONDS       stop a graded check after this long (default 120)
+  -x                            stop at the first failed check
+
+Every other option goes to pytest (`pytest --help` lists them); `m2l-nlp grade` is the same
+as running `pytest` at the repository root.
+"""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    return run_pytest(sys.argv[1:] if argv is None else argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    if "-h" in args or "--help" in args:
+        print(HELP, end="")
+        return 0
+    return run_pytest(args)

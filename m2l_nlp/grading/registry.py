@@ -1,9 +1,11 @@
-"""The registry of graded exercises: one module per practical declares its exercises.
+"""The registry of graded exercises: one package per practical declares its exercises.
 
-A practical's module (``m2l_nlp/grading/practical<N>.py``) creates :class:`Exercise` objects
-with :func:`exercise` and attaches checks to them with the ``@ex.check`` decorator. The
-machinery (pytest plugin, notebook ``check``, score table) only ever reads this registry, so a
-new practical needs no change outside its own module.
+A practical's package (``m2l_nlp/grading/practical<N>/``) holds its check modules, one per
+group of exercises; each creates :class:`Exercise` objects with :func:`exercise` and attaches
+checks to them with the ``@ex.check`` decorator. The package's ``__init__`` imports its
+modules in teaching order (its ``MODULES``), which is the order of the exercises here, in the
+tests and in the score table. The machinery (pytest plugin, notebook ``check``, score table)
+only ever reads this registry, so a new practical needs no change outside its own package.
 """
 
 from __future__ import annotations
@@ -88,8 +90,10 @@ def exercise(
 
 
 def check_modules() -> list[str]:
-    """Modules that declare exercises: ``m2l_nlp.grading.practical*`` plus ``$M2L_GRADING_MODULES``
-    (comma-separated importable names, used by tests and by practicals in development)."""
+    """Modules that declare exercises: ``m2l_nlp.grading.practical*`` (packages or single
+    modules, by name) plus ``$M2L_GRADING_MODULES`` (comma-separated importable names, used by
+    tests and by practicals in development). Only the top level is listed: a package's own
+    ``__init__`` imports its check modules, in teaching order."""
     package = importlib.import_module("m2l_nlp.grading")
     names = sorted(
         f"m2l_nlp.grading.{info.name}"

@@ -15,6 +15,7 @@ import jax
 import numpy as np
 
 from m2l_nlp.grading.registry import CheckFailure
+from m2l_nlp.transform import funcs_from_stateful
 
 ATOL = 1e-5
 RTOL = 1e-4
@@ -152,12 +153,14 @@ def run_haiku(
     key: jax.Array | None = None,
     jit: bool = False,
 ) -> Any:
-    """``hk.transform(build(namespace))``: ``init`` if ``params`` is None, else ``apply``.
+    """Transform ``build(namespace)``: ``init`` if ``params`` is None, else ``apply``.
 
     ``build(ns)`` returns a function of arrays that creates modules from ``ns`` (the
     student's namespace or the reference module) with fixed names, so both share params.
+    It is transformed by the course's :func:`~m2l_nlp.transform.funcs_from_stateful`, as in
+    the practicals (its ``model``: ``init(key, *args)``, ``apply(params, key, *args)``).
     """
-    transformed = hk.transform(build(namespace))
+    transformed = funcs_from_stateful(build(namespace), jit=False).model
     if params is None:
         init = jax.jit(transformed.init) if jit else transformed.init
         return init(key if key is not None else jax.random.PRNGKey(0), *args)

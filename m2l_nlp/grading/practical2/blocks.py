@@ -1,0 +1,376 @@
+"""Graded checks of practical 2, the encoder's building blocks: ``positionwise_feed_forward``,
+``encoder_block``, ``transformer_encoder`` and ``positional_encoding``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from m2l_nlp.grading.practical2.common import (
+    FF,
+    PRACTICAL,
+    B,
+    D,
+    H,
+    S,
+    _compare_module,
+    _kind,
+    _mask,
+)
+from m2l_nlp.grading.registry import exercise
+from m2l_nlp.grading.tools import (
+    expect_array,
+    expect_close,
+    expect_dropout_only_in_training,
+    fail,
+    normal,
+    perturb,
+    run_haiku,
+)
+
+# --------------------------------------------------------------------------------------------
+# 4. positionwise_feed_forward
+
+ffn = exercise(
+    "positionwise_feed_forward",
+    PRACTICAL,
+    points=10,
+    targets=("PositionwiseFeedForward",),
+    title="Linear(d_ff), ReLU, dropout while training, Linear(d_model)",
+)
+
+
+def _ffn(p: float, is_train: bool):
+    def build(ns):
+        return lambda x: ns.PositionwiseFeedForward(D, FF, p, name="ffn")(x, is_train)
+
+    return build
+
+
+@ffn.check
+def check_ffn_matches_reference(ctx):
+    """Evaluation output `(B, S, D)` matches the reference (under jax.jit)."""
+    x = normal(ctx.rng(), B, S, D)
+    _compare_module(
+        ctx, _ffn(0.1, False), x, names=("the output (evaluation mode)",), hint="Is the ReLU there?"
+    )
+
+
+@ffn.check
+def check_ffn_eval_no_dropout(ctx):
+    """Evaluation (`is_train=False`) needs no random key and is deterministic."""
+    x = normal(ctx.rng(), B, S, D)
+    params = run_haiku(_ffn(0.5, True), ctx.ref, None, x)
+    first = run_haiku(_ffn(0.5, False), ctx.student, params, x)
+    second = run_haiku(_ffn(0.5, False), ctx.student, params, x)
+    expect_array(first, "the output", shape=(B, S, D))
+    expect_close(second, first, "a second evaluation of the same input", versus="the first")
+
+
+@ffn.check
+def check_ffn_dropout(ctx):
+    """Dropout is on in training (p=0.5 changes the output) and p=0 changes nothing."""
+    x = normal(ctx.rng(), B, S, D)
+    expect_dropout_only_in_training(
+        ctx,
+        _ffn,
+        x,
+        what="PositionwiseFeedForward",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# 5. encoder_block
+
+block = exercise(
+    "encoder_block",
+    PRACTICAL,
+    points=15,
+    targets=("EncoderBlock",),
+    uses=("MultiheadAttention", "PositionwiseFeedForward"),
+    title="x = LayerNorm(x + Dropout(SubLayer(x))) for attention, then feed-forward",
+)
+
+
+def _block(p: float, is_train: bool, return_attention: bool = False):
+    def build(ns):
+        def forward(x, mask):
+            module = ns.EncoderBlock(D, H, FF, p, name="block")
+            return module(x, mask, is_train=is_train, return_attention=return_attention)
+
+        return forward
+
+    return build
+
+
+@block.check
+def check_block_matches_reference(ctx):
+    """Evaluation output matches the reference, with a padding mask (under jax.jit)."""
+    rng = ctx.rng()
+    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
+    _compare_module(
+        ctx,
+        _block(0.1, False),
+        x,
+        pad,
+        names=("the output of EncoderBlock",),
+        hint="Residual around each sub-layer, then LayerNorm: norm_1 after attention, "
+        "norm_2 after the feed-forward; pass the mask to the attention.",
+    )
+
+
+@block.check
+def check_block_return_attention(ctx):
+    """`return_attention=True` gives `(out, weights)`; `False` gives one array."""
+    rng = ctx.rng()
+    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
+    _compare_module(
+        ctx,
+        _block(0.1, False, True),
+        x,
+        pad,
+        names=("the output", "the attention weights"),
+    )
+    params = run_haiku(_block(0.1, False), ctx.ref, None, x, pad)
+    out = run_haiku(_block(0.1, False), ctx.student, params, x, pad)
+    expect_array(out, "the output with return_attention=False", shape=(B, S, D))
+
+
+@block.check
+def check_block_post_layer_norm(ctx):
+    """Output is layer-normalised: every token has mean 0 and variance 1 at initialisation."""
+    rng = ctx.rng()
+    x = 3.0 * normal(rng, B, S, D) + 1.0
+    params = run_haiku(_block(0.1, False), ctx.ref, None, x, None)  # scale 1, offset 0
+    out = expect_array(run_haiku(_block(0.1, False), ctx.student, params, x, None), "the output")
+    mean, var = out.mean(-1), out.var(-1)
+    if np.abs(mean).max() > 1e-3 or np.abs(var - 1).max() > 1e-2:
+        at = np.unravel_index(np.argmax(np.abs(var - 1) + np.abs(mean)), mean.shape)
+        at = tuple(int(i) for i in at)
+        fail(
+            f"the block's output should come out of a LayerNorm (post-LN: "
+            f"LayerNorm(x + SubLayer(x))), so with fresh parameters each token has mean 0 and "
+            f"variance 1; token {at} has mean {mean[at]:.3g} and variance {var[at]:.3g}"
+        )
+
+
+@block.check
+def check_block_dropout(ctx):
+    """Dropout on in training, off in evaluation (no random key needed), p=0 is a no-op."""
+    rng = ctx.rng()
+    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
+    expect_dropout_only_in_training(
+        ctx,
+        _block,
+        x,
+        pad,
+        what="EncoderBlock",
+    )
+
+
+@block.check
+def check_block_permutation_equivariance(ctx):
+    """Shuffling the tokens (and the mask) shuffles the output the same way."""
+    rng = ctx.rng()
+    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
+    perm = rng.permutation(S)
+    build = _block(0.1, False)
+    params = perturb(run_haiku(build, ctx.ref, None, x, pad), rng)
+    out = expect_array(run_haiku(build, ctx.student, params, x, pad), "the output")
+    outp = run_haiku(build, ctx.student, params, x[:, perm], pad[:, perm])
+    expect_close(
+        outp,
+        out[:, perm],
+        "the output for shuffled tokens",
+        versus="your output for the tokens in order, shuffled alike",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# 6. transformer_encoder
+
+encoder = exercise(
+    "transformer_encoder",
+    PRACTICAL,
+    points=10,
+    targets=("TransformerEncoder",),
+    uses=("EncoderBlock",),
+    title="a stack of encoder blocks, and its attention maps",
+)
+LAYERS = 3
+
+
+def _encoder(p: float, is_train: bool, maps: bool = False):
+    def build(ns):
+        def forward(x, mask):
+            module = ns.TransformerEncoder(LAYERS, H, D, FF, p, name="encoder")
+            if maps:
+                return module.get_attention_maps(x, mask, is_train=is_train)
+            return module(x, mask, is_train=is_train)
+
+        return forward
+
+    return build
+
+
+@encoder.check
+def check_encoder_matches_reference(ctx):
+    """Evaluation output of 3 blocks matches the reference, with a mask (under jax.jit)."""
+    rng = ctx.rng()
+    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
+    _compare_module(
+        ctx,
+        _encoder(0.1, False),
+        x,
+        pad,
+        names=("the output of TransformerEncoder",),
+        hint="Apply every block in order, each to the previous block's output, with the mask.",
+    )
+
+
+@encoder.check
+def check_attention_maps(ctx):
+    """`get_attention_maps` returns one `(B, h, S, S)` map per block, as the reference."""
+    rng = ctx.rng()
+    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
+    build = _encoder(0.1, False, maps=True)
+    params = perturb(run_haiku(_encoder(0.1, False), ctx.ref, None, x, pad), rng)
+    want = run_haiku(build, ctx.ref, params, x, pad)
+    got = run_haiku(build, ctx.student, params, x, pad)
+    if not isinstance(got, (list, tuple)) or len(got) != LAYERS:
+        fail(
+            f"get_attention_maps should return a list with one map per block ({LAYERS} here); "
+            f"yours returned {_kind(got) if not isinstance(got, list) else f'{len(got)} items'}"
+        )
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        expect_close(
+            g,
+            w,
+            f"the attention map of block {i}",
+            hint="Each block must see the output of the previous block, as in __call__.",
+        )
+
+
+@encoder.check
+def check_encoder_dropout(ctx):
+    """`is_train` reaches the blocks: dropout in training, none in evaluation."""
+    rng = ctx.rng()
+    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
+    expect_dropout_only_in_training(
+        ctx,
+        _encoder,
+        x,
+        pad,
+        what="TransformerEncoder",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# 7. positional_encoding
+
+pe = exercise(
+    "positional_encoding",
+    PRACTICAL,
+    points=15,
+    targets=("sinusoidal_encoding", "PositionalEncoding"),
+    title="the sinusoidal position table, added to the token vectors",
+)
+
+
+def _closed_form(max_len: int, d_model: int) -> np.ndarray:
+    table = np.zeros((max_len, d_model))
+    for pos in range(max_len):
+        for j in range(d_model):
+            angle = pos / 10000 ** ((j - j % 2) / d_model)
+            table[pos, j] = np.sin(angle) if j % 2 == 0 else np.cos(angle)
+    return table
+
+
+@pe.check
+def check_table_shape_dtype(ctx):
+    """`sinusoidal_encoding(max_len, d_model)` is a float32 `(max_len, d_model)` array."""
+    for max_len, d_model in ((50, 16), (10, 7)):
+        table = ctx.student.sinusoidal_encoding(max_len, d_model)
+        expect_array(
+            table,
+            f"sinusoidal_encoding({max_len}, {d_model})",
+            shape=(max_len, d_model),
+            dtype=np.float32,
+            axes="(max_len, d_model)",
+        )
+
+
+@pe.check
+def check_table_closed_form(ctx):
+    """PE[pos, 2i] = sin(pos / 10000^(2i/D)), PE[pos, 2i+1] = cos(same), odd D too."""
+    for max_len, d_model in ((50, 16), (10, 7)):
+        table = ctx.student.sinusoidal_encoding(max_len, d_model)
+        expect_close(
+            table,
+            _closed_form(max_len, d_model),
+            f"sinusoidal_encoding({max_len}, {d_model})",
+            atol=1e-5,
+            rtol=1e-5,
+            hint="Even features (0, 2, ...) get the sine, odd features the cosine, of "
+            "pos / 10000^(2i / d_model) where 2i is the even feature index of the pair.",
+        )
+
+
+def _pe(p: float, is_train: bool, max_len: int = 20):
+    def build(ns):
+        return lambda x: ns.PositionalEncoding(D, max_len, p, name="pe")(x, is_train)
+
+    return build
+
+
+@pe.check
+def check_adds_table(ctx):
+    """In evaluation, the output is `x + table[:S]` (under jax.jit)."""
+    rng = ctx.rng()
+    x = normal(rng, B, S, D)
+    _compare_module(
+        ctx,
+        _pe(0.1, False),
+        x,
+        names=("the output of PositionalEncoding (evaluation)",),
+        hint=(
+            "Add the first S rows of the table to x, and return the sum. If "
+            "table_closed_form fails too, fix sinusoidal_encoding first: the module adds "
+            "the table it makes."
+        ),
+    )
+    out = run_haiku(_pe(0.1, False), ctx.student, {}, np.zeros((B, S, D), np.float32))
+    expect_close(
+        out,
+        np.broadcast_to(_closed_form(S, D), (B, S, D)),
+        "the output for x = 0 (it should be the table itself)",
+    )
+
+
+@pe.check
+def check_too_long_raises(ctx):
+    """A sequence longer than `max_len` raises `ValueError` that says so."""
+    x = np.zeros((1, 25, D), np.float32)
+    try:
+        run_haiku(_pe(0.1, False), ctx.student, {}, x)
+    except ValueError:
+        return
+    except (NotImplementedError, AssertionError):
+        raise
+    except Exception as err:  # noqa: BLE001 - any other error is the wrong kind
+        fail(
+            f"a sequence of 25 tokens with max_len=20 should raise ValueError with a clear "
+            f"message; yours raised {type(err).__name__}: {err}"
+        )
+    fail("a sequence of 25 tokens with max_len=20 should raise ValueError; yours raised nothing")
+
+
+@pe.check
+def check_pe_dropout(ctx):
+    """Dropout after the addition in training only."""
+    x = normal(ctx.rng(), B, S, D)
+    expect_dropout_only_in_training(
+        ctx,
+        _pe,
+        x,
+        what="PositionalEncoding",
+    )

@@ -1,0 +1,102 @@
+"""Losses and metrics of the course's tasks, and what a task hands the training loop.
+
+An :class:`Objective` says how the loop scores a batch: a loss and an accuracy *per row*
+(the loop weighs rows, so padding rows of a partial batch count for nothing), and whether
+the task has a 2x2 confusion matrix. :data:`BINARY` is sentiment classification (one logit
+per review), :data:`TOKENS` a label per token (the reverse-sequence task).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+
+def sigmoid_bce(
+    logits: jax.Array, labels: jax.Array, weights: jax.Array | None = None
+) -> jax.Array:
+    """Mean binary cross-entropy of logits ``(B,)`` against labels ``(B,)`` in {0, 1}.
+
+    ``weights`` ``(B,)`` (e.g. 0 for padding rows of a partial batch) give a weighted mean.
+    """
+    if weights is None:
+        weights = jnp.ones(jnp.shape(logits), jnp.float32)
+    weights = jnp.asarray(weights, jnp.float32)
+    return sigmoid_bce_sum(logits, labels, weights) / jnp.maximum(weights.sum(), 1.0)
+
+
+def sigmoid_bce_sum(logits: jax.Array, labels: jax.Array, weights: jax.Array) -> jax.Array:
+    """Weighted sum (not mean) of the binary cross-entropies: what micro-batches add up."""
+    return (binary_row_loss(logits, labels) * weights).sum()
+
+
+def binary_row_loss(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """Binary cross-entropy per review ``(B,)`` of logits ``(B,)``, labels in {0, 1}."""
+    return optax.sigmoid_binary_cross_entropy(logits, labels.astype(logits.dtype))
+
+
+def binary_row_accuracy(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """1.0 where the sign of the logit ``(B,)`` matches the label, else 0.0."""
+    return ((logits > 0) == (labels > 0)).astype(jnp.float32)
+
+
+def token_row_loss(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """Mean cross-entropy over the tokens of each row: logits ``(B, L, C)``, labels ``(B, L)``."""
+    return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean(axis=-1)
+
+
+def token_row_accuracy(logits: jax.Array, labels: jax.Array) -> jax.Array:
+    """Fraction of the tokens of each row ``(B,)`` whose arg-max is the label."""
+    return (jnp.argmax(logits, axis=-1) == labels).mean(axis=-1, dtype=jnp.float32)
+
+
+class Objective(NamedTuple):
+    """What a task gives the loop: per-row loss and accuracy ``(B,)``, and whether its
+    evaluation has a 2x2 confusion matrix (binary labels)."""
+
+    row_loss: Callable[[jax.Array, jax.Array], jax.Array]
+    row_accuracy: Callable[[jax.Array, jax.Array], jax.Array]
+    binary: bool
+
+
+BINARY = Objective(binary_row_loss, binary_row_accuracy, binary=True)
+TOKENS = Objective(token_row_loss, token_row_accuracy, binary=False)
+
+
+def batch_counts(logits: jax.Array, labels: jax.Array, weights: jax.Array | None) -> jax.Array:
+    """Confusion counts ``(2, 2)`` float32, ``[true, predicted]`` (0 = neg, 1 = pos)."""
+    pred = (logits > 0).astype(jnp.int32)
+    true = (labels > 0).astype(jnp.int32)
+    w = jnp.ones_like(logits, jnp.float32) if weights is None else weights.astype(jnp.float32)
+    onehot_true = jax.nn.one_hot(true, 2, dtype=jnp.float32) * w[:, None]
+    onehot_pred = jax.nn.one_hot(pred, 2, dtype=jnp.float32)
+    return onehot_true.T @ onehot_pred
+
+
+def confusion_matrix(labels: np.ndarray, logits: np.ndarray) -> np.ndarray:
+    """2x2 counts on the host: rows the true label (0 neg, 1 pos), columns the predicted one."""
+    counts = np.zeros((2, 2), np.int64)
+    np.add.at(counts, (np.asarray(labels, np.int64), (np.asarray(logits) > 0).astype(np.int64)), 1)
+    return counts
+
+
+class EvalResult(NamedTuple):
+    """Accuracy, loss and (binary tasks) the 2x2 confusion matrix ``[true, predicted]``."""
+
+    accuracy: float
+    loss: float
+    confusion: np.ndarray | None
+    count: int
+
+
+def score(objective: Objective, logits: np.ndarray, labels: np.ndarray) -> EvalResult:
+    """Mean accuracy and loss of ``logits`` ``(N, ...)`` over a whole split, on the host."""
+    loss = float(np.mean(objective.row_loss(jnp.asarray(logits), jnp.asarray(labels))))
+    accuracy = float(np.mean(objective.row_accuracy(jnp.asarray(logits), jnp.asarray(labels))))
+    confusion = confusion_matrix(labels, logits) if objective.binary else None
+    return EvalResult(accuracy, loss, confusion, int(len(labels)))
