@@ -34,7 +34,7 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
-from m2l_nlp import batching, training  # noqa: E402
+from m2l_nlp import batching, optim, training  # noqa: E402
 from m2l_nlp import model as models  # noqa: E402
 from m2l_nlp.config import ClassifierConfig, TrainSettings  # noqa: E402
 from m2l_nlp.data import SMALL_DATA, prepare_imdb  # noqa: E402
@@ -114,8 +114,8 @@ def per_width(model, params, ids, mask, labels, batch_size, repeats, steps=10):
     lengths = mask.sum(1)
     bucket = batching.bucket_of(lengths, batching.bucket_widths(ids.shape[1]))
     settings = TrainSettings(batch_size=batch_size, learning_rate=1e-3)
-    optimizer = training.make_optimizer(settings, 1000)
-    state = training.init_state(jax.tree_util.tree_map(jnp.array, params), optimizer)
+    optimizer = optim.make_optimizer(settings, 1000)
+    state = optim.init_state(jax.tree_util.tree_map(jnp.array, params), optimizer)
     cells = batching.resolve_micro_batch_cells(settings.micro_batch_cells)
     key = jax.random.PRNGKey(0)
     rows = []

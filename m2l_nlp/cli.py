@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,11 +34,15 @@ DESCRIPTION = (
 )
 
 
-def _preset_help() -> str:
-    lines = [f"{name}: {preset.description}" for name, preset in PRESETS.items()]
-    return "the recipe (default: default, or demo with --data small). " + "; ".join(lines).replace(
-        "%", "%%"
-    )
+def _presets_epilog() -> str:
+    """The presets, one paragraph each, for the end of ``m2l-nlp train --help``."""
+    width = max(map(len, PRESETS)) + 2
+    lines = ["presets (m2l_nlp/config.py; change one setting with --set KEY=VALUE):"]
+    for name, preset in PRESETS.items():
+        text = textwrap.wrap(preset.description, 88 - width - 2)
+        lines.append(f"  {name:<{width}}{text[0]}")
+        lines += [" " * (width + 2) + line for line in text[1:]]
+    return "\n".join(lines)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -49,6 +54,8 @@ def _parser() -> argparse.ArgumentParser:
         help="train a classifier on IMDB, print test accuracy, save the run",
         description="Train a preset's model, validate it after each epoch, score the test "
         "reviews once and write the run to --out.",
+        epilog=_presets_epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     train.add_argument(
         "--data",
@@ -57,7 +64,14 @@ def _parser() -> argparse.ArgumentParser:
         help="aclImdb_v1.tar.gz, an extracted aclImdb/ folder, or 'small' for the bundled "
         "small dataset (default: $M2L_NLP_IMDB, else download the official archive)",
     )
-    train.add_argument("--preset", choices=sorted(PRESETS), default=None, help=_preset_help())
+    train.add_argument(
+        "--preset",
+        choices=list(PRESETS),
+        default=None,
+        metavar="NAME",
+        help="the recipe, one of the presets listed below (default: default; demo with "
+        "--data small)",
+    )
     train.add_argument(
         "--model",
         choices=(TRANSFORMER, *BASELINES),
@@ -65,7 +79,7 @@ def _parser() -> argparse.ArgumentParser:
         help="transformer (default), or a practical-1 baseline: the same as --preset NAME",
     )
     train.add_argument(
-        "--epochs", type=_positive, default=None, help="override the preset's epochs"
+        "--epochs", type=_positive, default=None, help="epochs to train (default: the preset's)"
     )
     train.add_argument(
         "--impl",
@@ -109,7 +123,7 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--cache-dir",
         default=None,
-        help="where prepared data and compiled programs are cached "
+        help="where prepared data are cached "
         "(default: $M2L_NLP_CACHE, else data/cache)",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -6,7 +6,7 @@ tokens), which model (``architecture``: the transformer or a practical-1 baselin
 sizes (``model``), how it trains (``train``: the fields of :class:`TrainSettings`) and how
 many training reviews validate it. ``m2l-nlp train --preset NAME --set train.learning_rate=1e-3``
 is :func:`override` on ``PRESETS[NAME]``; :meth:`Preset.settings` turns its ``train`` dict into
-the :class:`TrainSettings` that :func:`m2l_nlp.training.make_optimizer` reads.
+the :class:`TrainSettings` that :func:`m2l_nlp.optim.make_optimizer` reads.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Accelerators, device placement and the data-parallel mesh.
 
 The same training code runs on a CPU, one GPU/TPU, or several devices: a one-axis
-:class:`jax.sharding.Mesh` named ``"data"`` (``AxisType.Auto``) spans the local devices,
+:class:`jax.sharding.Mesh` named ``"data"`` (automatic axis) spans the local devices,
 parameters are replicated and every batch is split along its first axis.
 
 Call :func:`configure_environment` in entry points *before* JAX starts (the CLI does), so
@@ -67,14 +67,17 @@ def describe_devices() -> str:
 
 
 def make_mesh(devices: Sequence[Any] | None = None):
-    """A one-axis mesh ``("data",)`` over ``devices`` (default: all local devices)."""
+    """A one-axis mesh ``("data",)`` over ``devices`` (default: all local devices).
+
+    A plain :class:`jax.sharding.Mesh` has automatic (compiler-chosen) axes on every jax
+    version the course supports, so no ``AxisType`` is needed (it appeared in jax 0.5).
+    """
     import jax
-    from jax.sharding import AxisType
+    import numpy as np
+    from jax.sharding import Mesh
 
     devices = list(devices) if devices is not None else jax.local_devices()
-    return jax.make_mesh(
-        (len(devices),), (DATA_AXIS,), axis_types=(AxisType.Auto,), devices=devices
-    )
+    return Mesh(np.array(devices), (DATA_AXIS,))
 
 
 def replicated(mesh):

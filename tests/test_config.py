@@ -101,7 +101,7 @@ def test_a_setting_reaches_the_optimizer():
     """--set train.learning_rate=... -> TrainSettings -> make_optimizer's schedule."""
     import jax.numpy as jnp
 
-    from m2l_nlp.training import make_optimizer
+    from m2l_nlp.optim import make_optimizer
 
     preset = override(PRESETS["demo"], ["train.learning_rate=0.5", "train.warmup_fraction=0"])
     settings = preset.settings()

@@ -18,15 +18,17 @@ from m2l_nlp.data import compilation_cache_dir
 from m2l_nlp.impl import repo_root
 
 ROOT = repo_root()
+URL = make_notebooks.repo_url(ROOT)
 PRACTICAL = "practical2_transformers"
 STUDENT_NB = ROOT / "notebooks" / f"{PRACTICAL}.ipynb"
 SOLVED_NB = ROOT / "notebooks" / f"{PRACTICAL}_solved.ipynb"
 
 
 def copy_sources(tmp_path: Path) -> Path:
-    """A scratch repository root holding copies of solutions/ and exercises/."""
+    """A scratch repository root holding copies of solutions/, exercises/ and pyproject.toml."""
     for folder in ("solutions", "exercises"):
         shutil.copytree(ROOT / folder, tmp_path / folder, ignore=shutil.ignore_patterns("__py*"))
+    shutil.copy(ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     return tmp_path
 
 
@@ -96,9 +98,9 @@ def test_notebook_structure_setup_cell_and_no_outputs():
         nbformat.validate(nb)
         assert nb.cells[0].cell_type == "markdown" and nb.cells[0].source.startswith("# ")
         setup_md, setup = nb.cells[1], nb.cells[2]
-        assert make_notebooks.colab_url(f"notebooks/{path.name}") in setup_md.source
-        assert setup.source == make_notebooks.setup_code()
-        assert make_notebooks.REPO_URL in setup.source
+        assert make_notebooks.colab_url(f"notebooks/{path.name}", URL) in setup_md.source
+        assert setup.source == make_notebooks.setup_code(URL, floor=make_notebooks.jax_floor())
+        assert f'REPO_URL = "{URL}"' in setup.source
         for cell in nb.cells:
             if cell.cell_type == "code":
                 assert cell.outputs == [] and cell.execution_count is None
@@ -155,9 +157,8 @@ def test_importing_the_practicals_runs_no_notebook_cell():
 RUN_SETUP = """
 import json, os, subprocess, sys, types
 calls = []
-clone_dir = sys.argv[1]
-colab = sys.argv[2] == "colab"
-if colab:
+clone_dir, mode, failing = sys.argv[1], sys.argv[2], sys.argv[3]
+if mode == "colab":
     # jax imports google.colab.output when it sees google.colab; fake both.
     sys.modules["google.colab"] = types.ModuleType("google.colab")
     sys.modules["google.colab.output"] = sys.modules["google.colab"].output = types.ModuleType(
@@ -166,18 +167,25 @@ if colab:
 
 def fake_run(cmd, check=False, **kwargs):
     calls.append(list(cmd))
+    if failing and failing in cmd:
+        return subprocess.CompletedProcess(cmd, 1, "", "noise\\nfatal: the last line")
     if cmd[:2] == ["git", "clone"]:
         os.makedirs(os.path.join(cmd[-1], ".git"))
-    return subprocess.CompletedProcess(cmd, 0)
+    return subprocess.CompletedProcess(cmd, 0, "", "")
 
 subprocess.run = fake_run
 os.environ.pop("XLA_PYTHON_CLIENT_PREALLOCATE", None)
 os.environ.pop("JAX_COMPILATION_CACHE_DIR", None)
 source = sys.stdin.read()
-exec(compile(source, "<setup cell>", "exec"), {"__name__": "__main__"})
-exec(compile(source, "<setup cell>", "exec"), {"__name__": "__main__"})  # run twice
+shown = None
+try:
+    exec(compile(source, "<setup cell>", "exec"), {"__name__": "__main__"})
+    exec(compile(source, "<setup cell>", "exec"), {"__name__": "__main__"})  # run twice
+except Exception as error:
+    shown = error._render_traceback_()  # what IPython shows instead of a traceback
 print(json.dumps({
     "calls": calls,
+    "shown": shown,
     "prealloc": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
     "compile_cache": os.environ.get("JAX_COMPILATION_CACHE_DIR"),
     "m2l_root": os.environ.get("M2L_ROOT"),
@@ -186,11 +194,14 @@ print(json.dumps({
 """
 
 
-def run_setup(tmp_path: Path, mode: str) -> tuple[dict, str]:
+def run_setup(tmp_path: Path, mode: str, floor: str = "0", failing: str = "") -> tuple[dict, str]:
+    """Run the setup cell twice in a fresh interpreter, as Colab (``mode="colab"``, with a
+    stand-in ``google.colab``) or locally; ``failing`` makes the command holding that word
+    fail. Returns the cell's effects and what it printed."""
     clone_dir = str(tmp_path / "clone")
     result = subprocess.run(
-        [sys.executable, "-c", RUN_SETUP, clone_dir, mode],
-        input=make_notebooks.setup_code(clone_dir=clone_dir),
+        [sys.executable, "-c", RUN_SETUP, clone_dir, mode, failing],
+        input=make_notebooks.setup_code(URL, clone_dir=clone_dir, floor=floor),
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -217,9 +228,7 @@ def test_setup_cell_in_colab_clones_once_and_pins_jax(tmp_path: Path):
     state, printed = run_setup(tmp_path, "colab")
     clone_dir = str(tmp_path / "clone")
     clones = [c for c in state["calls"] if c[:2] == ["git", "clone"]]
-    assert clones == [
-        ["git", "clone", "--quiet", "--depth", "1", make_notebooks.REPO_URL, clone_dir]
-    ]
+    assert clones == [["git", "clone", "--quiet", "--depth", "1", URL, clone_dir]]
     pips = [c for c in state["calls"] if c[1:4] == ["-m", "pip", "install"]]
     assert len(pips) == 2  # the cell was run twice: clone once, install (no-op) twice
     pip = pips[0]
@@ -232,6 +241,39 @@ def test_setup_cell_in_colab_clones_once_and_pins_jax(tmp_path: Path):
     assert state["compile_cache"] == str(compilation_cache_dir())
     assert state["m2l_root"] == clone_dir and state["path0"] == clone_dir
     assert "device(s)" in printed
+
+
+@pytest.mark.parametrize(
+    ("failing", "message"),
+    [
+        ("clone", "downloading the course from"),
+        ("pip", "installing the course package failed (fatal: the last line): run this cell"),
+    ],
+)
+def test_a_failed_clone_or_install_is_one_line_that_says_what_to_do(tmp_path, failing, message):
+    state, _ = run_setup(tmp_path, "colab", failing=failing)
+    assert state["shown"] is not None and len(state["shown"]) == 1
+    assert state["shown"][0].startswith("Setup failed: ") and message in state["shown"][0]
+
+
+def test_a_jax_older_than_the_floor_is_one_message(tmp_path):
+    state, _ = run_setup(tmp_path, "colab", floor="99.0")
+    assert state["calls"] == []  # nothing cloned or installed
+    (shown,) = state["shown"]
+    assert "the course needs 99.0 or newer" in shown and "Restart session" in shown
+
+
+def test_the_repository_url_is_one_setting(tmp_path):
+    """pyproject's [project.urls] Repository reaches the setup cell, the notebooks' and the
+    README's Colab links; another address regenerates all of them."""
+    fork = "https://github.com/teacher/course-handout"
+    plan = make_notebooks.planned(ROOT, fork)
+    readme = plan[ROOT / "README.md"]
+    assert "github/m2l-nlp/m2l-nlp/" not in readme
+    assert readme.count("colab.research.google.com/github/teacher/course-handout/blob/") == 4
+    for path, text in plan.items():
+        if path.suffix == ".ipynb":
+            assert f'REPO_URL = \\"{fork}\\"' in text and URL not in text
 
 
 # --- executing the notebooks -------------------------------------------------------------
@@ -330,7 +372,7 @@ def test_readme_colab_links_point_at_the_generated_notebooks():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     links = set(re.findall(r"https://colab\.research\.google\.com/github/[^)\s\"']+", readme))
     expected = {
-        make_notebooks.colab_url(path.relative_to(ROOT).as_posix())
+        make_notebooks.colab_url(path.relative_to(ROOT).as_posix(), URL)
         for path in sorted((ROOT / "notebooks").glob("*.ipynb"))
     }
     assert links <= expected, f"README links to notebooks that do not exist: {links - expected}"

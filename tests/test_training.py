@@ -13,7 +13,7 @@ import numpy as np
 import optax
 import pytest
 
-from m2l_nlp import checkpoint, config, evaluation, metrics, training
+from m2l_nlp import checkpoint, config, evaluation, metrics, optim, training
 from m2l_nlp import model as models
 from m2l_nlp.config import TrainSettings
 from m2l_nlp.data import prepare_for
@@ -24,7 +24,7 @@ from m2l_nlp.transform import funcs_from_stateful
 
 def _delta(model, params, optimizer, random_split):
     ids, mask, labels = random_split(8, seed=1, min_len=2)
-    state = training.init_state(jax.tree_util.tree_map(jnp.array, params), optimizer)
+    state = optim.init_state(jax.tree_util.tree_map(jnp.array, params), optimizer)
     new, loss, correct = training.train_step(
         state, jax.random.PRNGKey(1), ids, mask, labels, model=model, optimizer=optimizer
     )
@@ -47,11 +47,11 @@ def test_train_step_uses_the_optimizer_it_is_given(tiny_model, tiny_params, rand
 def test_schedule_change_takes_effect(tiny_model, tiny_params, random_split):
     delta = lambda optimizer: _delta(tiny_model, tiny_params, optimizer, random_split)
     settings = TrainSettings(learning_rate=1e-2, warmup_fraction=0.5)
-    warm = delta(training.make_optimizer(settings, total_steps=100))
+    warm = delta(optim.make_optimizer(settings, total_steps=100))
     # step 0 of a warm-up starts at learning rate 0: no change at all
     np.testing.assert_array_equal(warm, 0)
     settings = TrainSettings(learning_rate=1e-2, warmup_fraction=0.0)
-    hot = delta(training.make_optimizer(settings, total_steps=100))
+    hot = delta(optim.make_optimizer(settings, total_steps=100))
     assert np.abs(hot).max() > 1e-4
 
 
@@ -65,7 +65,7 @@ def test_micro_batched_step_makes_the_same_update(tiny_config, tiny_params, rand
     optimizer = optax.sgd(0.5)
     results = []
     for m in (1, micro):
-        state = training.init_state(jax.tree_util.tree_map(jnp.array, params), optimizer)
+        state = optim.init_state(jax.tree_util.tree_map(jnp.array, params), optimizer)
         new, loss, correct = training.train_step(
             state, jax.random.PRNGKey(1), ids, mask, labels, weights,
             model=model, optimizer=optimizer, micro=m,
@@ -78,13 +78,6 @@ def test_micro_batched_step_makes_the_same_update(tiny_config, tiny_params, rand
     jax.tree_util.tree_map(
         lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), p1, pm
     )
-
-
-def test_weight_decay_spares_biases_and_norms(tiny_params):
-    mask = training._decay_mask(tiny_params)
-    assert mask["classifier/~/head"]["w"] and not mask["classifier/~/head"]["b"]
-    norm = next(k for k in mask if k.endswith("norm_1"))
-    assert not mask[norm]["scale"]
 
 
 # ----------------------------------------------------------------------------- the loop
@@ -133,18 +126,6 @@ def test_keep_best_returns_the_epoch_with_the_best_validation_accuracy(
     assert evaluation.evaluate(last.params, model, flipped, window=32).accuracy == pytest.approx(
         accs[-1]
     )
-
-
-def test_update_ema_moves_the_average_toward_the_parameters():
-    params = {"m": {"w": jnp.ones(3)}}
-    state = training.TrainState(params, (), (jnp.array(0), {"m": {"w": jnp.zeros(3)}}))
-    first = training.update_ema(state, 0.99)  # step 0: rate 1 - 1/10
-    np.testing.assert_allclose(first.ema[1]["m"]["w"], 0.9, rtol=1e-6)
-    assert int(first.ema[0]) == 1
-    late = training.update_ema(state._replace(ema=(jnp.array(10**6), state.ema[1])), 0.99)
-    np.testing.assert_allclose(late.ema[1]["m"]["w"], 0.01, rtol=1e-4)  # rate 1 - decay
-    assert training.eval_params(late) is late.ema[1]
-    assert training.eval_params(state._replace(ema=None)) is params
 
 
 def test_train_with_ema_evaluates_and_returns_the_average(tiny_model, tiny_params, signal_split):
