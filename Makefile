@@ -44,15 +44,16 @@ compat-colab:
 IMDB ?= $(or $(M2L_NLP_IMDB),$(wildcard ../shared/data/aclImdb_v1_labeled.tar.gz))
 EPOCHS ?=
 train: $(STAMP)
-	$(BIN)/m2l-nlp train $(if $(IMDB),--data $(IMDB)) $(if $(EPOCHS),--epochs $(EPOCHS))
+	$(BIN)/m2l-nlp train --overwrite $(if $(IMDB),--data $(IMDB)) $(if $(EPOCHS),--epochs $(EPOCHS))
 
 # The same job on the small bundled dataset with a tiny model (seconds; offline).
 demo: $(STAMP)
-	$(BIN)/m2l-nlp train --data small --out runs/demo
+	$(BIN)/m2l-nlp train --data small --out runs/demo --overwrite
 
 # Instructor: write the student stubs exercises/*.py from solutions/*.py.
+# A stub a student edited is never overwritten (refused, named); FORCE=1 saves it as .bak first.
 exercises: $(STAMP)
-	$(BIN)/python -m m2l_nlp.grading.stubs
+	$(BIN)/python -m m2l_nlp.grading.stubs $(if $(FORCE),--force)
 
 # Instructor: regenerate exercises/ (and notebooks/), grade the solutions with every check,
 # and fail if a generated file differed from what is committed (review, commit, run again).
@@ -61,7 +62,7 @@ solutions: $(STAMP)
 	@drift=0; \
 	$(BIN)/python -m m2l_nlp.grading.stubs --check || drift=1; \
 	if [ -n "$(NOTEBOOKS)" ]; then $(BIN)/python -m m2l_nlp.make_notebooks --check || drift=1; fi; \
-	$(BIN)/python -m m2l_nlp.grading.stubs || exit 1; \
+	$(BIN)/python -m m2l_nlp.grading.stubs $(if $(FORCE),--force) || exit 1; \
 	if [ -n "$(NOTEBOOKS)" ]; then $(BIN)/python -m m2l_nlp.make_notebooks || exit 1; fi; \
 	$(BIN)/python -m pytest tests/graded --impl solutions -q || exit 1; \
 	if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && \

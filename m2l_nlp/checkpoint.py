@@ -282,7 +282,7 @@ def predict(
 
 
 def save_run(out: str | os.PathLike, run: Any, preset: Any, settings: Any, data: Any) -> None:
-    """Write what :func:`m2l_nlp.training.train_and_evaluate` made into the folder ``out``:
+    """Write what :func:`m2l_nlp.experiment.train_and_evaluate` made into the folder ``out``:
     ``metrics.json``, the training curves and (test runs) the confusion matrix, and for the
     transformer a ``checkpoint/`` that ``m2l-nlp predict`` reads."""
     import dataclasses

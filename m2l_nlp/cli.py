@@ -1,13 +1,13 @@
 """Command line ``m2l-nlp train | predict | grade``: argument parsing and printing only.
 
-The work is done by :func:`m2l_nlp.training.train_and_evaluate` (training), by
+The work is done by :func:`m2l_nlp.experiment.train_and_evaluate` (training), by
 :func:`m2l_nlp.checkpoint.predict` (predictions) and by the grader (:mod:`m2l_nlp.grading`).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import shlex
 import sys
 import textwrap
 import time
@@ -121,10 +121,20 @@ def _parser() -> argparse.ArgumentParser:
         help="output folder (default: runs/<preset>, or runs/<preset>-val with --no-test)",
     )
     train.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace the run already in --out (at the end of the new run; default: refuse)",
+    )
+    train.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the interrupted run of --out from its last completed epoch (same "
+        "options as the interrupted run)",
+    )
+    train.add_argument(
         "--cache-dir",
         default=None,
-        help="where prepared data are cached "
-        "(default: $M2L_NLP_CACHE, else data/cache)",
+        help="where prepared data are cached (default: $M2L_NLP_CACHE, else data/cache)",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bars")
 
@@ -133,7 +143,14 @@ def _parser() -> argparse.ArgumentParser:
         help="score your own reviews with a trained checkpoint",
         description="Print, for each review, the probability that it is positive.",
     )
-    predict.add_argument("texts", nargs="+", help="one or more reviews (quote each)")
+    predict.add_argument("texts", nargs="*", help="one or more reviews (quote each)")
+    predict.add_argument(
+        "--file",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a file holding one review, UTF-8 ('-' reads standard input; repeatable)",
+    )
     predict.add_argument(
         "--checkpoint",
         default=None,
@@ -167,32 +184,6 @@ def _non_negative(text: str) -> int:
     return value
 
 
-def default_out(name: str, no_test: bool) -> Path:
-    """``runs/<name>``, or ``runs/<name>-val`` for a ``--no-test`` run, so that trying a
-    recipe never overwrites the metrics and checkpoint of a run that reported test accuracy."""
-    return Path("runs") / (f"{name}-val" if no_test else name)
-
-
-def unwritable(folder: Path, option: str) -> str | None:
-    """Why files could not be written in ``folder``, or None if they could (nothing is
-    created: the nearest folder that exists is checked, where the rest would be made)."""
-    existing = folder.absolute()
-    try:
-        while not existing.exists() and existing.parent != existing:
-            existing = existing.parent
-    except OSError as error:  # e.g. a parent we may not look into
-        return (
-            f"cannot use {folder} ({error.strerror or error}): choose another folder with {option}"
-        )
-    if not existing.is_dir():
-        return f"{existing} is a file, not a folder: choose another folder with {option}"
-    if not os.access(existing, os.W_OK | os.X_OK):
-        return (
-            f"cannot write in {existing} (permission denied): choose another folder with {option}"
-        )
-    return None
-
-
 def _preset_name(args: argparse.Namespace) -> str:
     """``--preset``, else ``--model``'s baseline, else demo for ``--data small``, else default."""
     if args.model not in (None, TRANSFORMER):
@@ -208,7 +199,8 @@ def _preset_name(args: argparse.Namespace) -> str:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from m2l_nlp.data import default_cache_dir, prepare_for
-    from m2l_nlp.training import train_and_evaluate
+    from m2l_nlp.experiment import train_and_evaluate
+    from m2l_nlp.runs import default_out, open_run, unwritable
 
     start = time.perf_counter()
     try:  # everything that can be checked before the data load (minutes on the full IMDB)
@@ -223,35 +215,49 @@ def cmd_train(args: argparse.Namespace) -> int:
         return 2
     out = Path(args.out or default_out(name, args.no_test))
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-    problem = unwritable(out, "--out") or unwritable(cache, "--cache-dir")
+    problem = unwritable(out.absolute().parent, "--out") or unwritable(cache, "--cache-dir")
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2
-    print(f"devices: {devices.describe_devices()}")
-    print(f"preset {name}: {preset.description}")
-    if args.set:
-        print(f"changed: {' '.join(args.set)}")
-    progress = not args.no_progress
-    data = prepare_for(
-        preset, args.data, seed=args.seed, cache_dir=args.cache_dir, progress=progress
-    )
-    print(f"data prepared ({time.perf_counter() - start:.0f}s)")
-    try:
-        run = train_and_evaluate(
-            preset,
-            data,
-            out,
-            name=name,
-            changed=args.set,
-            impl=args.impl,
-            seed=args.seed,
-            val_size=args.val_size,
-            no_test=args.no_test,
-            progress=progress,
+    with open_run(out, overwrite=args.overwrite, resume=args.resume) as folder:
+        print(f"devices: {devices.describe_devices()}")
+        print(f"preset {name}: {preset.description}")
+        if args.set:
+            print(f"changed: {' '.join(args.set)}")
+        progress = not args.no_progress
+        data = prepare_for(
+            preset, args.data, seed=args.seed, cache_dir=args.cache_dir, progress=progress
         )
-    except ValueError as error:  # e.g. --val-size larger than the training split
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+        print(f"data prepared ({time.perf_counter() - start:.0f}s)")
+        try:
+            run = train_and_evaluate(
+                preset,
+                data,
+                folder,
+                name=name,
+                changed=args.set,
+                impl=args.impl,
+                seed=args.seed,
+                val_size=args.val_size,
+                no_test=args.no_test,
+                resume=args.resume,
+                progress=progress,
+            )
+        except ValueError as error:  # e.g. --val-size larger than the training split
+            print(f"error: {error}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            saved = folder.read_progress()
+            if saved is not None:
+                again = [a for a in args.argv if a not in ("--overwrite", "--resume")]
+                command = shlex.join(["m2l-nlp", *again, "--resume"])
+                print(
+                    f"\ninterrupted: epoch {saved['epoch']} of {saved['epochs']} is kept; "
+                    f"continue with: {command}",
+                    file=sys.stderr,
+                )
+                return 130
+            raise
     _print_result(run, out, time.perf_counter() - start)
     return 0
 
@@ -278,9 +284,46 @@ def _print_result(run: Any, out: Path, elapsed: float) -> None:
     print(f"wrote {out}/: {', '.join(written)}")
 
 
+class InputError(ValueError):
+    """Text given to ``m2l-nlp predict`` that cannot be scored; the message says why."""
+
+
+def _reviews(args: argparse.Namespace) -> list[str]:
+    """The reviews to score: the arguments, then each ``--file`` (``-``: standard input),
+    each checked to be UTF-8 text that is not empty."""
+    reviews = []
+    for i, text in enumerate(args.texts, 1):
+        try:  # the shell's bytes, decoded by Python with surrogates where they were not UTF-8
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InputError(
+                f"review {i} is not valid UTF-8 text: save it as UTF-8 and pass the file with "
+                "--file"
+            ) from None
+        reviews.append((f"review {i}", text))
+    for path in args.file:
+        try:
+            raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+        except OSError as error:
+            raise InputError(f"cannot read {path} ({error.strerror}): check the path") from None
+        try:
+            reviews.append((path, raw.decode("utf-8")))
+        except UnicodeDecodeError:
+            raise InputError(
+                f"{path} is not UTF-8 text: convert it (e.g. iconv -f latin1 -t utf-8)"
+            ) from None
+    if not reviews:
+        raise InputError("nothing to score: give reviews as arguments or with --file PATH")
+    for what, text in reviews:
+        if not text.strip():
+            raise InputError(f"{what} is empty: there is nothing to score")
+    return [text for _, text in reviews]
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     from m2l_nlp.checkpoint import load_checkpoint, predict
 
+    texts = _reviews(args)
     path = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
     checkpoint = load_checkpoint(path)  # CheckpointError: reported by main
     meta = checkpoint.meta
@@ -288,10 +331,11 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if "test_accuracy" in meta:
         trained += f", test accuracy {meta['test_accuracy']:.4f}"
     print(f"checkpoint: {path} ({trained})")
-    probs = predict(args.texts, checkpoint, impl=args.impl)
-    for text, p in zip(args.texts, probs, strict=True):
+    probs = predict(texts, checkpoint, impl=args.impl)
+    for text, p in zip(texts, probs, strict=True):
         label = "positive" if p >= 0.5 else "negative"
-        short = text if len(text) <= 60 else text[:57] + "..."
+        short = " ".join(text.split())
+        short = short if len(short) <= 60 else short[:57] + "..."
         print(f"{label:8s}  p(positive)={p:.3f}  {short!r}")
     return 0
 
@@ -313,18 +357,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     from m2l_nlp.checkpoint import CheckpointError
     from m2l_nlp.data import compilation_cache_dir
     from m2l_nlp.imdb_archive import DataError
+    from m2l_nlp.runs import RunFolderError
 
     devices.configure_environment(compilation_cache=compilation_cache_dir())  # before JAX
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["grade"]:  # everything after "grade" belongs to the grader and pytest
         return cmd_grade(argv[1:])
     args = _parser().parse_args(argv)
+    args.argv = argv  # for the command that resumes an interrupted run
     try:
         if args.command == "train":
             return cmd_train(args)
         return cmd_predict(args)
-    except (DataError, CheckpointError) as error:  # a missing or damaged file: what to do
+    except (DataError, CheckpointError, RunFolderError, InputError) as error:  # what to do
         print(f"error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:  # a full disk, a folder we may not write in, ...
+        where = f" ({error.filename})" if error.filename else ""
+        print(
+            f"error: {error.strerror or error}{where}: free some space or fix the permissions, "
+            "or choose other folders with --out / --cache-dir",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         print(

@@ -3,8 +3,8 @@
 Every task runs through :func:`train`: practical 2's transformer, practical 1's baselines and
 the reverse-sequence task. A task brings its model (:class:`~m2l_nlp.transform.ModelFuncs`,
 made by ``funcs_from_stateful``) and its :class:`~m2l_nlp.metrics.Objective` (loss and
-accuracy per row); the loop brings the rest. :func:`train_and_evaluate` is the whole job of
-``m2l-nlp train`` and of the notebooks: a preset, prepared data -> a trained, tested model.
+accuracy per row); the loop brings the rest. :func:`m2l_nlp.experiment.train_and_evaluate`
+wraps it into the whole job of ``m2l-nlp train`` and of the notebooks.
 
 Speed: the data go to the device(s) once and each epoch uploads only a small plan; batches
 are cut to a few fixed widths (length buckets) and, on a CPU, run as cache-sized
@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import functools
 import math
-import time
-from collections.abc import Callable, Sequence
-from typing import Any, NamedTuple
+from collections.abc import Callable
+from typing import NamedTuple
 
 import haiku as hk
 import jax
@@ -32,8 +31,8 @@ from tqdm.auto import tqdm
 
 from m2l_nlp import batching, devices, metrics
 from m2l_nlp.batching import DeviceData
-from m2l_nlp.config import Preset, TrainSettings, resolve_val_size
-from m2l_nlp.data import Split, split_validation
+from m2l_nlp.config import TrainSettings
+from m2l_nlp.data import Split
 from m2l_nlp.evaluation import evaluate
 from m2l_nlp.metrics import EvalResult, Objective
 from m2l_nlp.optim import TrainState, eval_params, init_state, make_optimizer, update_ema
@@ -161,6 +160,21 @@ def _make_epoch_step(
     return step
 
 
+class Progress(NamedTuple):
+    """The loop after a completed epoch, on the host: enough to continue it exactly.
+
+    ``state`` and the best epoch's parameters are flat lists of arrays (the leaves of the
+    :class:`~m2l_nlp.optim.TrainState` and of the params, in ``jax.tree_util`` order), so
+    that they can be saved as plain arrays (:mod:`m2l_nlp.runs`).
+    """
+
+    epoch: int  # epochs completed
+    state: list[np.ndarray]
+    history: dict[str, list[float]]
+    best: tuple[tuple[float, float], int, list[np.ndarray], EvalResult] | None = None
+    result: EvalResult | None = None  # the last evaluation
+
+
 def train(
     model: ModelFuncs,
     params: hk.Params,
@@ -174,8 +188,14 @@ def train(
     mesh=None,
     progress: bool = True,
     log: Callable[[str], None] | None = print,
+    start: Progress | None = None,
+    on_epoch: Callable[[Progress], None] | None = None,
 ) -> TrainResult:
     """Train ``params`` of ``model`` for ``settings.epochs`` epochs; returns the history.
+
+    ``on_epoch(progress)`` is called after every epoch; ``start`` (such a progress) continues
+    an interrupted run from its last completed epoch, with the same result as if it had not
+    stopped (every epoch's shuffle, crops and dropout depend on the seed and the epoch only).
 
     ``model`` comes from ``funcs_from_stateful`` (e.g. :func:`m2l_nlp.model.classifier`);
     ``objective`` scores its output (default: one logit per review, binary labels).
@@ -208,7 +228,26 @@ def train(
     steps_per_epoch = len(plan.widths)
     optimizer = optimizer or make_optimizer(settings, settings.epochs * steps_per_epoch)
     params = jax.tree_util.tree_map(lambda x: jnp.array(x, copy=True), params)  # steps donate
-    state = devices.put_replicated(init_state(params, optimizer, settings.ema_decay > 0), mesh)
+    state = init_state(params, optimizer, settings.ema_decay > 0)
+    first, result, best = 0, None, None
+    history: dict[str, list[float]] = {"loss": [], "train_acc": []}
+    if eval_data is not None:
+        history[f"{eval_name}_loss"] = []
+        history[f"{eval_name}_acc"] = []
+    if start is not None:  # the arrays of the interrupted run, in the structure of this one
+        state = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(state), start.state)
+        first, result = start.epoch, start.result
+        history = {name: list(values) for name, values in start.history.items()}
+        if start.best is not None:
+            score, epoch, leaves, best_result = start.best
+            params_tree = jax.tree_util.tree_structure(params)
+            best = (
+                tuple(score),
+                epoch,
+                jax.tree_util.tree_unflatten(params_tree, leaves),
+                best_result,
+            )
+    state = devices.put_replicated(state, mesh)
     step = _make_epoch_step(
         model, optimizer, objective, mesh, settings.token_dropout, settings.ema_decay
     )
@@ -219,12 +258,7 @@ def train(
         return batching.micro_batches(settings.batch_size, width, n_devices, cells)
 
     key = jax.random.PRNGKey(settings.seed)
-    history: dict[str, list[float]] = {"loss": [], "train_acc": []}
-    if eval_data is not None:
-        history[f"{eval_name}_loss"] = []
-        history[f"{eval_name}_acc"] = []
-    result = best = None
-    for epoch in range(settings.epochs):
+    for epoch in range(first, settings.epochs):
         plan = batching.train_plan(
             lengths,
             settings.batch_size,
@@ -270,6 +304,11 @@ def train(
                 history[f"{eval_name}_acc"].append(math.nan)
         if log is not None:
             log(line)
+        if on_epoch is not None:
+            leaves = jax.tree_util.tree_leaves
+            kept = best and (best[0], best[1], [np.asarray(x) for x in leaves(best[2])], best[3])
+            host_state = [np.asarray(x) for x in leaves(jax.device_get(state))]
+            on_epoch(Progress(epoch + 1, host_state, history, kept, result))
     if best is not None:
         _, best_epoch, best_params, best_result = best
         if log is not None and best_epoch != settings.epochs:
@@ -278,108 +317,3 @@ def train(
             devices.put_replicated(best_params, mesh), history, best_result, best_epoch
         )
     return TrainResult(eval_params(state), history, result, settings.epochs)
-
-
-class RunResult(NamedTuple):
-    """What :func:`train_and_evaluate` returns: the trained model, its config, the history
-    and the test result (None for a ``no_test`` run), and the metrics it saved."""
-
-    model: ModelFuncs
-    params: hk.Params
-    config: Any
-    history: dict[str, list[float]]
-    test: EvalResult | None
-    metrics: dict[str, Any]
-
-
-def train_and_evaluate(
-    preset: Preset,
-    data: Any,
-    out: Any = None,
-    *,
-    name: str = "",
-    changed: Sequence[str] = (),
-    impl: Any = "solutions",
-    seed: int = 0,
-    val_size: int | None = None,
-    no_test: bool = False,
-    progress: bool = True,
-    log: Callable[[str], None] | None = print,
-) -> RunResult:
-    """The whole job: train the model of ``preset`` on ``data``, validate, test, save.
-
-    ``data`` is a :class:`~m2l_nlp.data.PreparedData` encoded as the preset says
-    (:func:`m2l_nlp.data.prepare_for`). ``val_size`` training reviews are held out
-    (:func:`m2l_nlp.data.split_validation`; default: see
-    :func:`~m2l_nlp.config.resolve_val_size`) to validate each epoch and keep the best;
-    the test reviews are scored once, at the end, unless ``no_test``. With ``out`` (a
-    folder) the run is saved there (:func:`m2l_nlp.checkpoint.save_run`). ``impl`` picks
-    the student's or the reference modules (or a notebook's ``globals()``); ``name`` and
-    ``changed`` (the preset's name and its ``--set`` changes) are recorded in the metrics.
-    """
-    from m2l_nlp import model as models
-    from m2l_nlp.checkpoint import save_run
-
-    start = time.perf_counter()
-    log = log or (lambda line: None)
-    settings = preset.settings(seed=seed)
-    n_train = len(data.train_labels)
-    val_size = resolve_val_size(preset, val_size, no_test, n_train)
-    train_split, val_split = split_validation(data, val_size)
-    log(
-        f"data: {n_train - val_size} train / {val_size} validation / {len(data.test_labels)} "
-        f"test reviews, vocabulary {data.vocab_size}, up to {data.seq_len} tokens"
-    )
-    if preset.final_fit and not val_size:
-        log(
-            f"final fit: the {preset.val_size_for(n_train)} validation reviews are trained on "
-            "too (the recipe was chosen on them); add --no-test to validate a recipe"
-        )
-    funcs, config, _ = models.for_preset(preset, data.vocab_size, impl, *train_split[:2])
-    key = jax.random.PRNGKey(seed)
-    params = models.init_params(funcs, key, preset.seq_len, preset.embed_scale)
-    mesh = devices.make_mesh()
-    result = train(
-        funcs,
-        params,
-        train_split,
-        settings,
-        eval_data=val_split,
-        mesh=mesh,
-        progress=progress,
-        log=log,
-    )
-    test = None
-    if not no_test:
-        test = evaluate(
-            result.params,
-            funcs,
-            (data.test_ids, data.test_mask, data.test_labels),
-            window=settings.crop_len,
-            batch_size=settings.eval_batch_size,
-            micro_batch_cells=settings.micro_batch_cells,
-            mesh=mesh,
-            progress=progress,
-            desc="test",
-        )
-    run_metrics: dict[str, Any] = {
-        "preset": name,
-        "changed": list(changed),
-        "architecture": preset.architecture,
-        "best_epoch": result.best_epoch,
-        "val_size": val_size,
-        "impl": impl if isinstance(impl, str) else "notebook",
-        "devices": devices.describe_devices(),
-    }
-    if result.eval_result is not None:
-        run_metrics["val_accuracy"] = result.eval_result.accuracy
-    if test is not None:
-        run_metrics.update(
-            test_accuracy=test.accuracy, test_loss=test.loss, confusion=test.confusion.tolist()
-        )
-    run_metrics["seconds"] = time.perf_counter() - start
-    params = jax.device_get(result.params)
-    run = RunResult(funcs, params, config, result.history, test, run_metrics)
-    if out is not None:
-        save_run(out, run, preset, settings, data)
-    return run

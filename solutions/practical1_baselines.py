@@ -381,7 +381,7 @@ class LSTMClassifier(hk.Module):
 # %% active="ipynb"
 # from m2l_nlp.config import PRESETS
 # from m2l_nlp.data import prepare_for
-# from m2l_nlp.training import train_and_evaluate
+# from m2l_nlp.experiment import train_and_evaluate
 #
 # FULL_IMDB = False
 # preset = PRESETS["bigram-mlp"]  # the recipe of `m2l-nlp train --model bigram-mlp`

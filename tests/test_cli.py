@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -28,7 +27,8 @@ def test_cli_keeps_compiled_programs_beside_the_data_cache(monkeypatch, tmp_path
     assert os.environ["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "jax")
 
 
-def test_unusable_data_is_an_error_message_not_a_traceback(tmp_path, capsys):
+def test_unusable_data_is_an_error_message_not_a_traceback(tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # runs/default of the repository is not this test's
     assert cli.main(["train", "--data", str(tmp_path / "missing.tar.gz")]) == 2
     assert "does not exist" in capsys.readouterr().err
     (tmp_path / "bad.tar.gz").write_bytes(b"not an archive")
@@ -91,7 +91,10 @@ def test_train_then_predict_on_the_small_dataset(tmp_path, capsys, monkeypatch):
         assert (out / name).is_file(), name
     assert cli.main(["predict", "I loved it"]) == 2  # no runs/default/checkpoint here
     assert "runs/default/checkpoint" in capsys.readouterr().err
-    assert cli.main(["predict", "I loved it", "", "--checkpoint", str(out / "checkpoint")]) == 0
+    review = tmp_path / "review.txt"
+    review.write_text("A long review.\n" * 5000, encoding="utf-8")  # beyond the argument limit
+    command = ["predict", "I loved it", "--file", str(review), "--checkpoint"]
+    assert cli.main([*command, str(out / "checkpoint")]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].startswith(f"checkpoint: {out / 'checkpoint'} (preset demo, impl solutions")
     assert len(lines) == 3 and all("p(positive)=" in line for line in lines[1:])
@@ -143,7 +146,7 @@ def test_val_size_zero_trains_on_the_whole_split_and_bad_sizes_are_refused(tmp_p
     assert " 0 validation " in printed and "val_acc" not in printed
     history = json.loads((out / "metrics.json").read_text())["history"]
     assert set(history) == {"loss", "train_acc"}
-    assert cli.main([*common, "--val-size", "100000", "--out", str(out)]) == 2
+    assert cli.main([*common, "--val-size", "100000", "--out", str(out), "--overwrite"]) == 2
     assert "leaves nothing to train on" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         cli.main([*common, "--val-size", "-5"])
@@ -164,7 +167,7 @@ def test_final_fit_run_says_so_and_has_no_validation_history(tmp_path, capsys):
     assert " 0 validation " in printed and "final fit: the 50 validation reviews" in printed
     metrics = json.loads((out / "metrics.json").read_text())
     assert set(metrics["history"]) == {"loss", "train_acc"} and metrics["best_epoch"] == 1
-    assert cli.main([*args, "--set", "final_fit=true", "--val-size", "50"]) == 0
+    assert cli.main([*args, "--set", "final_fit=true", "--val-size", "50", "--overwrite"]) == 0
     printed = capsys.readouterr().out
     assert " 50 validation " in printed and "final fit" not in printed
 
@@ -226,11 +229,6 @@ def test_counts_must_not_be_negative(capsys, option):
     assert f"argument {option}: must be" in capsys.readouterr().err
 
 
-def test_a_validation_run_writes_beside_the_test_run():
-    assert cli.default_out("default", no_test=False) == Path("runs/default")
-    assert cli.default_out("default", no_test=True) == Path("runs/default-val")
-
-
 def test_ctrl_c_is_a_message_and_status_130(monkeypatch, capsys):
     def interrupted(_args):
         raise KeyboardInterrupt
@@ -240,16 +238,42 @@ def test_ctrl_c_is_a_message_and_status_130(monkeypatch, capsys):
     assert "interrupted" in capsys.readouterr().err
 
 
-def test_unwritable_reports_a_folder_it_may_not_look_into(tmp_path, monkeypatch):
-    """Path.exists() raises PermissionError under a folder we may not enter: a message."""
-    real_exists = Path.exists
+@pytest.mark.parametrize(
+    ("given", "stdin", "message"),
+    [
+        (["   "], b"", "review 1 is empty"),
+        (["--file", "-"], b"\n\t", "- is empty"),
+        (["--file", "-"], "caf\xe9".encode("latin-1"), "- is not UTF-8 text"),
+        (["--file", "MISSING"], b"", "cannot read MISSING"),
+        ([], b"", "nothing to score"),
+        (["caf\udce9"], b"", "review 1 is not valid UTF-8"),  # bytes the shell passed as-is
+    ],
+)
+def test_text_that_cannot_be_scored_is_one_line(monkeypatch, capsys, given, stdin, message):
+    """Checked before any checkpoint is read: one line, status 2, no traceback."""
+    import io
 
-    def exists(self):
-        if self.name == "locked":
-            raise PermissionError(13, "Permission denied")
-        return real_exists(self)
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(stdin)))
+    assert cli.main(["predict", *given, "--checkpoint", "no-such-checkpoint"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and message in err and len(err.splitlines()) == 1
 
-    monkeypatch.setattr(Path, "exists", exists)
-    problem = cli.unwritable(tmp_path / "locked" / "a" / "b", "--out")
-    assert problem and "Permission denied" in problem and "--out" in problem
-    assert cli.unwritable(tmp_path / "new" / "run", "--out") is None
+
+def test_a_full_disk_is_one_line(monkeypatch, capsys, tmp_path):
+    def no_space(_args):
+        raise OSError(28, "No space left on device", str(tmp_path / "run"))
+
+    monkeypatch.setattr(cli, "cmd_train", no_space)
+    assert cli.main(["train"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: No space left on device") and len(err.splitlines()) == 1
+
+
+def test_an_existing_run_or_the_users_files_are_refused_before_the_data_is_read(tmp_path, capsys):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "precious.csv").write_text("mine")
+    args = ["train", "--data", str(tmp_path / "nothing-here"), "--out", str(out)]
+    assert cli.main([*args, "--overwrite"]) == 2
+    assert "not an m2l-nlp run" in capsys.readouterr().err
+    assert (out / "precious.csv").read_text() == "mine"

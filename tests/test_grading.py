@@ -131,6 +131,35 @@ def test_stub_cli_writes_then_check_detects_drift(tmp_path, capsys):
     assert "p.py:2" in capsys.readouterr().err
 
 
+def test_the_generator_never_overwrites_a_students_work(tmp_path, capsys):
+    """A stub edited by hand is refused, named; --force saves it as .bak first; a stub that
+    is still what the generator wrote is regenerated as usual (the instructor's case)."""
+    sol, ex = tmp_path / "solutions", tmp_path / "exercises"
+    sol.mkdir()
+    for name in ("p", "q"):
+        (sol / f"{name}.py").write_text(
+            f"def {name}():\n    # BEGIN SOLUTION\n    return 1\n    # END SOLUTION\n"
+        )
+    args = ["--solutions", str(sol), "--exercises", str(ex)]
+    assert stubs.main(args) == 0
+    student = (ex / "p.py").read_text().replace("raise NotImplementedError", "return 1  #")
+    (ex / "p.py").write_text(student)
+    for name in ("p", "q"):  # the instructor changes both solutions
+        (sol / f"{name}.py").write_text(
+            f"def {name}(x):\n    # BEGIN SOLUTION\n    return x\n    # END SOLUTION\n"
+        )
+    capsys.readouterr()
+    assert stubs.main(args) == 1
+    err = capsys.readouterr().err
+    assert "p.py" in err and "q.py" not in err and "FORCE=1" in err
+    assert (ex / "p.py").read_text() == student  # nothing was written, q.py neither
+    assert "def q():" in (ex / "q.py").read_text()
+    assert stubs.main([*args, "--force"]) == 0
+    assert (ex / "p.py.bak").read_text() == student
+    assert "def p(x):" in (ex / "p.py").read_text() and "def q(x):" in (ex / "q.py").read_text()
+    assert stubs.main(args) == 0  # regenerated stubs are the generator's again
+
+
 def test_committed_exercises_match_the_solutions():
     plan = stubs.planned_stubs(ROOT / "solutions", ROOT / "exercises")
     assert stubs.drifted(plan) == [], "run `make exercises` and commit exercises/"

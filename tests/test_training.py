@@ -1,9 +1,8 @@
-"""Tests of m2l_nlp.training: optimizer, jitted step, the loop and train_and_evaluate."""
+"""Tests of m2l_nlp.training: the jitted step and the loop."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 
 import haiku as hk
@@ -13,10 +12,9 @@ import numpy as np
 import optax
 import pytest
 
-from m2l_nlp import checkpoint, config, evaluation, metrics, optim, training
+from m2l_nlp import evaluation, metrics, optim, training
 from m2l_nlp import model as models
 from m2l_nlp.config import TrainSettings
-from m2l_nlp.data import prepare_for
 from m2l_nlp.transform import funcs_from_stateful
 
 # ----------------------------------------------------------------------------- step
@@ -202,41 +200,3 @@ def test_train_with_the_tokens_objective_learns_a_copy_task(seq_len):
     assert scored.accuracy > 0.9
     assert scored.confusion is None and scored.count == 50
     assert result.eval_result.confusion is None
-
-
-# ----------------------------------------------------------------------------- the whole job
-
-
-@pytest.mark.slow
-def test_train_and_evaluate_tests_and_saves_the_run(tmp_path):
-    preset = config.override(
-        config.PRESETS["demo"],
-        [
-            "vocab_size=500",
-            "seq_len=64",
-            "bigram_tokens=0",
-            "model.d_model=16",
-            "model.d_ff=32",
-            "train.epochs=1",
-            "train.crop_len=64",
-        ],
-    )
-    data = prepare_for(preset, "small", cache_dir=tmp_path / "cache", progress=False)
-    out = tmp_path / "run"
-    run = training.train_and_evaluate(preset, data, out, name="tiny", progress=False, log=None)
-    n_test = len(data.test_labels)
-    assert run.test is not None and run.test.count == n_test
-    assert int(run.test.confusion.sum()) == n_test
-    assert 0.0 <= run.test.accuracy <= 1.0
-    assert run.config == preset.model_config(data.vocab_size)
-    assert len(run.history["loss"]) == 1 and len(run.history["val_acc"]) == 1
-    saved = json.loads((out / "metrics.json").read_text())
-    assert saved["preset"] == "tiny" and saved["val_size"] == preset.val_size
-    assert saved["test_accuracy"] == pytest.approx(run.test.accuracy)
-    assert saved["test_accuracy"] == run.metrics["test_accuracy"]
-    assert saved["confusion"] == run.test.confusion.tolist()
-    assert saved["history"] == run.history
-    for name in ("training_curves.png", "confusion_matrix.png"):
-        assert (out / name).is_file(), name
-    loaded = checkpoint.load_checkpoint(out / "checkpoint", run.config)
-    jax.tree_util.tree_map(np.testing.assert_array_equal, loaded.params, run.params)

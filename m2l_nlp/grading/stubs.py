@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import hashlib
+import json
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -140,6 +143,46 @@ def drifted(plan: dict[Path, str]) -> list[Path]:
     return stale
 
 
+RECORD = ".generated.json"  # in exercises/: the sha256 of each stub as last written
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def edited_by_hand(plan: dict[Path, str], exercises: Path) -> list[Path]:
+    """The stubs that would change but differ from what the generator last wrote there (a
+    student's work): their hash is not the one in ``exercises/.generated.json``."""
+    record_path = exercises / RECORD
+    record = json.loads(record_path.read_text()) if record_path.is_file() else {}
+    return [
+        path
+        for path in drifted(plan)
+        if path.is_file() and _sha256(path.read_text(encoding="utf-8")) != record.get(path.name)
+    ]
+
+
+def write_stubs(plan: dict[Path, str], exercises: Path, force: bool = False) -> list[Path]:
+    """Write the stubs that changed; returns them. Refuses (``FileExistsError`` naming them)
+    to overwrite stubs edited by hand, unless ``force``: then each is first copied to
+    ``<name>.py.bak``."""
+    edited = edited_by_hand(plan, exercises)
+    if edited and not force:
+        names = ", ".join(str(p) for p in edited)
+        raise FileExistsError(
+            f"{names} changed since they were generated (your work?): nothing was written. "
+            "Keep a copy, or run again with FORCE=1 (make) / --force, which saves each as .bak"
+        )
+    for path in edited:
+        shutil.copy2(path, path.with_name(path.name + ".bak"))
+    stale = drifted(plan)
+    for path in stale:
+        write_text_atomic(path, plan[path])
+    record = {path.name: _sha256(text) for path, text in sorted(plan.items())}
+    write_text_atomic(exercises / RECORD, json.dumps(record, indent=2) + "\n")
+    return stale
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     root = repo_root()
     parser = argparse.ArgumentParser(
@@ -152,6 +195,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--check",
         action="store_true",
         help="write nothing; exit 1 and name the stubs that differ from what would be written",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="also overwrite stubs edited by hand (each is saved as .bak first)",
     )
     args = parser.parse_args(argv)
     try:
@@ -171,9 +219,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 1
         print(f"exercises up to date ({len(plan)} files)")
         return 0
-    for path in stale:
-        write_text_atomic(path, plan[path])
-    print(f"wrote {len(stale)} of {len(plan)} stub files in {args.exercises}")
+    try:
+        written = write_stubs(plan, args.exercises, force=args.force)
+    except FileExistsError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(f"wrote {len(written)} of {len(plan)} stub files in {args.exercises}")
     return 0
 
 

@@ -1,0 +1,340 @@
+"""Run folders: one unit each, never mixed, never deleting what we did not write.
+
+``m2l-nlp train --out DIR`` works beside ``DIR``, in hidden siblings of its own:
+
+- ``.DIR.lock``: held for the whole run, so a second run on ``DIR`` refuses at once;
+- ``.DIR.partial/``: the last completed epoch (training state, history), written atomically
+  after every epoch, read by ``--resume``, removed once the run is complete;
+- ``.DIR.new-<id>/``: the finished run (checkpoint, ``metrics.json``, plots, and last of all
+  ``run.json``, the marker that says a folder is one of our runs), then swapped in. On Linux
+  the two folders trade names in one atomic step (``renameat2`` with ``RENAME_EXCHANGE``), so
+  a reader sees the old run or the new one, never neither. Elsewhere it takes two renames,
+  ``DIR -> .DIR.old`` and ``.DIR.new-<id> -> DIR``; if the process dies between them, the next
+  start on ``DIR`` finishes the swap (or puts the old run back if the new one was not complete).
+
+A non-empty ``DIR`` that is not one of our runs is refused. Runs written before ``run.json``
+existed are recognised by their files (``checkpoint/``, ``metrics.json`` and the plots).
+``M2L_NLP_CRASH_AT=<point>`` kills the process at a named point (fault-injection tests).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import json
+import os
+import shutil
+import signal
+import stat
+import sys
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from m2l_nlp.fileio import atomic_file, write_json_atomic
+
+MARKER = "run.json"
+PROGRESS = "progress.json"
+LEGACY_FILES = {"checkpoint", "metrics.json", "training_curves.png", "confusion_matrix.png"}
+CRASH_ENV = "M2L_NLP_CRASH_AT"
+NO_EXCHANGE_ENV = "M2L_NLP_NO_EXCHANGE"  # tests: take the two-rename path
+
+
+class RunFolderError(RuntimeError):
+    """A run folder cannot be used as asked; the message says what to do."""
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the names of two folders atomically (Linux ``renameat2``); False where the
+    system or the file system cannot, and nothing was changed."""
+    if sys.platform != "linux" or os.environ.get(NO_EXCHANGE_ENV):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    done = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    return done == 0
+
+
+def crash_point(name: str) -> None:
+    """Die here, as a power cut would, if ``$M2L_NLP_CRASH_AT`` names this point."""
+    if os.environ.get(CRASH_ENV) == name:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def default_out(name: str, no_test: bool) -> Path:
+    """``runs/<name>``, or ``runs/<name>-val`` for a ``--no-test`` run, so that trying a
+    recipe never overwrites the metrics and checkpoint of a run that reported test accuracy."""
+    return Path("runs") / (f"{name}-val" if no_test else name)
+
+
+def unwritable(folder: Path, option: str) -> str | None:
+    """Why files could not be written in ``folder``, or None if they could (nothing is
+    created: the nearest folder that exists is checked, where the rest would be made)."""
+    existing = folder.absolute()
+    try:
+        while not existing.exists() and existing.parent != existing:
+            existing = existing.parent
+    except OSError as error:  # e.g. a parent we may not look into
+        return (
+            f"cannot use {folder} ({error.strerror or error}): choose another folder with {option}"
+        )
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder: choose another folder with {option}"
+    if not os.access(existing, os.W_OK | os.X_OK):
+        return (
+            f"cannot write in {existing} (permission denied): choose another folder with {option}"
+        )
+    return None
+
+
+def describe(folder: Path) -> str:
+    """``"missing"``, ``"empty"``, ``"run"`` (ours, marked or written by an older version)
+    or ``"foreign"`` (anything else: the user's files)."""
+    if not folder.exists():
+        return "missing"
+    if not folder.is_dir():
+        return "foreign"
+    names = {p.name for p in folder.iterdir()}
+    if not names:
+        return "empty"
+    if MARKER in names:
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads((folder / MARKER).read_text()).get("m2l_nlp_run"):
+                return "run"
+        return "foreign"
+    ours = {n for n in names if n in LEGACY_FILES or n.startswith(".checkpoint.")}
+    return "run" if ours == names and "metrics.json" in names else "foreign"
+
+
+def _remove(path: Path) -> None:
+    """Delete a folder of ours, read-only parts included."""
+
+    def writable_then_retry(function, target, _error):
+        os.chmod(os.path.dirname(target), stat.S_IRWXU)
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(target, stat.S_IRWXU)
+        function(target)
+
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, onerror=writable_then_retry)
+    else:
+        path.unlink(missing_ok=True)
+
+
+class RunFolder:
+    """The folder ``out`` of one run and its hidden siblings (see the module docstring).
+
+    Open it with :func:`open_run`; then :meth:`save_progress` after each epoch,
+    :meth:`load_progress` to resume, and :meth:`commit` to write and swap in the run.
+    """
+
+    def __init__(self, out: str | os.PathLike):
+        self.shown = Path(out)  # as the user wrote it, for messages
+        self.out = self.shown.absolute()
+        hidden = self.out.parent / f".{self.out.name}"
+        self.lock = Path(f"{hidden}.lock")
+        self.partial = Path(f"{hidden}.partial")
+        self.old = Path(f"{hidden}.old")
+        self.new_prefix = f".{self.out.name}.new-"
+        self.run_id = uuid.uuid4().hex[:12]
+
+    # --- start: repair, clean, check -------------------------------------------------------
+
+    def repair(self) -> None:
+        """Finish (or undo) a swap that a killed process left half done; remove our
+        temporary folders that nothing can use any more."""
+        news = sorted(self.out.parent.glob(self.new_prefix + "*"))
+        complete = [d for d in news if (d / MARKER).is_file()]
+        if self.old.exists() and not self.out.exists():
+            os.replace(complete[-1] if complete else self.old, self.out)
+        for leftover in (*news, self.old):
+            if leftover.exists():
+                _remove(leftover)
+        progress = self.read_progress()
+        if progress is not None and describe(self.out) == "run":
+            marker = json.loads((self.out / MARKER).read_text()) if self._marked() else {}
+            if marker.get("run_id") == progress.get("run_id"):  # that run got swapped in
+                _remove(self.partial)
+
+    def _marked(self) -> bool:
+        return (self.out / MARKER).is_file()
+
+    def check(self, overwrite: bool, resume: bool) -> None:
+        """Refuse, with what to do, a folder this run must not write to."""
+        kind = describe(self.out)
+        shown = self.shown
+        if self.out.exists() and not self.out.is_dir():
+            raise RunFolderError(
+                f"--out {shown} is a file, not a folder: choose another folder with --out"
+            )
+        if kind == "foreign":
+            raise RunFolderError(
+                f"--out {shown} holds files that are not an m2l-nlp run: choose a new or empty "
+                "folder (nothing in it was touched)"
+            )
+        progress = self.read_progress()
+        if resume:
+            if progress is None:
+                raise RunFolderError(
+                    f"nothing to resume for --out {shown} (no interrupted run): drop --resume"
+                )
+            return
+        if progress is not None and not overwrite:
+            raise RunFolderError(
+                f"--out {shown} has an interrupted run (epoch {progress['epoch']} of "
+                f"{progress['epochs']} done): add --resume to continue it, or --overwrite to "
+                "start again"
+            )
+        if kind == "run" and not overwrite:
+            raise RunFolderError(
+                f"--out {shown} already holds a run: add --overwrite to replace it (at the end "
+                "of the new run), or choose another --out"
+            )
+        if progress is not None:
+            _remove(self.partial)
+
+    # --- after every epoch -----------------------------------------------------------------
+
+    def read_progress(self) -> dict[str, Any] | None:
+        """The interrupted run's ``progress.json``, or None."""
+        path = self.partial / PROGRESS
+        if not path.is_file():
+            return None
+        try:
+            return json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+
+    def save_progress(self, info: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        """Keep a completed epoch: ``arrays`` in ``epoch-<k>.npz``, then ``progress.json``
+        (``info`` plus the run's id), each written atomically; older epochs are removed."""
+        epoch = int(info["epoch"])
+        name = f"epoch-{epoch}.npz"
+        with atomic_file(self.partial / name) as handle:
+            np.savez(handle, **arrays)
+        write_json_atomic(self.partial / PROGRESS, dict(info, run_id=self.run_id, arrays=name))
+        for stale in self.partial.glob("epoch-*.npz"):
+            if stale.name != name:
+                stale.unlink(missing_ok=True)
+        crash_point(f"epoch-{epoch}-saved")
+
+    def load_progress(self, fingerprint: dict[str, Any]) -> tuple[dict, dict[str, np.ndarray]]:
+        """The saved progress and arrays, if they were made with the same ``fingerprint``
+        (the settings of the run); else :class:`RunFolderError` naming what changed."""
+        progress = self.read_progress()
+        if progress is None:
+            raise RunFolderError(f"no interrupted run to resume beside {self.out}")
+        saved = progress.get("fingerprint", {})
+        changed = sorted(k for k in {*saved, *fingerprint} if saved.get(k) != fingerprint.get(k))
+        if changed:
+            raise RunFolderError(
+                f"--resume needs the settings of the interrupted run; these differ: "
+                f"{', '.join(changed)} (run again with the same options, or --overwrite)"
+            )
+        self.run_id = progress["run_id"]
+        with np.load(self.partial / progress["arrays"]) as arrays:
+            return progress, {key: arrays[key] for key in arrays.files}
+
+    # --- at the end --------------------------------------------------------------------------
+
+    def commit(self, write: Callable[[Path], None], marker: dict[str, Any]) -> None:
+        """Write the run into a new hidden folder (``write(folder)``, then ``run.json``) and
+        swap it in for ``out``; the partial state goes once the new run is in place."""
+        new = self.out.parent / f"{self.new_prefix}{self.run_id}"
+        new.mkdir(parents=True)
+        write(new)
+        write_json_atomic(new / MARKER, dict(marker, m2l_nlp_run=1, run_id=self.run_id))
+        crash_point("run-written")
+        if self.out.exists() and _exchange(new, self.out):
+            crash_point("new-moved-in")
+            _remove(new)  # the old run, under the new one's temporary name
+        else:
+            if self.out.exists():
+                os.replace(self.out, self.old)
+                crash_point("old-moved-aside")
+            os.replace(new, self.out)
+            crash_point("new-moved-in")
+        if self.old.exists():
+            _remove(self.old)
+        if self.partial.exists():
+            _remove(self.partial)
+
+
+@contextlib.contextmanager
+def open_run(
+    out: str | os.PathLike, *, overwrite: bool = False, resume: bool = False
+) -> Iterator[RunFolder]:
+    """Lock the run folder ``out`` for this process, repair what an interrupted run left,
+    and check that this run may write there (:class:`RunFolderError` says why not)."""
+    from filelock import FileLock, Timeout
+
+    folder = RunFolder(out)
+    folder.out.parent.mkdir(parents=True, exist_ok=True)
+    lock = FileLock(str(folder.lock), timeout=0)
+    try:
+        lock.acquire()
+    except Timeout:
+        raise RunFolderError(
+            f"another run is writing to {out} right now: wait for it to finish, or choose "
+            "another --out"
+        ) from None
+    try:
+        folder.repair()
+        folder.check(overwrite, resume)
+        yield folder
+    finally:
+        lock.release()
+
+
+def _result_to_json(result: Any) -> dict[str, Any] | None:
+    if result is None:
+        return None
+    confusion = None if result.confusion is None else np.asarray(result.confusion).tolist()
+    return dict(accuracy=result.accuracy, loss=result.loss, confusion=confusion, count=result.count)
+
+
+def _result_from_json(saved: dict[str, Any] | None) -> Any:
+    from m2l_nlp.metrics import EvalResult
+
+    if saved is None:
+        return None
+    confusion = None if saved["confusion"] is None else np.asarray(saved["confusion"])
+    return EvalResult(saved["accuracy"], saved["loss"], confusion, saved["count"])
+
+
+def progress_to_save(progress: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """A :class:`m2l_nlp.training.Progress` as JSON-able ``info`` and named arrays."""
+    arrays = {f"state_{i}": x for i, x in enumerate(progress.state)}
+    best = None
+    if progress.best is not None:
+        score, epoch, leaves, result = progress.best
+        arrays.update({f"best_{i}": x for i, x in enumerate(leaves)})
+        best = dict(score=list(score), epoch=epoch, count=len(leaves))
+        best["result"] = _result_to_json(result)
+    info = dict(
+        epoch=progress.epoch,
+        history=progress.history,
+        best=best,
+        result=_result_to_json(progress.result),
+        state_count=len(progress.state),
+    )
+    return info, arrays
+
+
+def progress_from_saved(info: dict[str, Any], arrays: dict[str, np.ndarray]) -> Any:
+    """The :class:`m2l_nlp.training.Progress` that :func:`progress_to_save` saved."""
+    from m2l_nlp.training import Progress
+
+    state = [arrays[f"state_{i}"] for i in range(info["state_count"])]
+    best = info["best"]
+    if best is not None:
+        leaves = [arrays[f"best_{i}"] for i in range(best["count"])]
+        best = (tuple(best["score"]), best["epoch"], leaves, _result_from_json(best["result"]))
+    return Progress(info["epoch"], state, info["history"], best, _result_from_json(info["result"]))

@@ -1,0 +1,138 @@
+"""Tests of m2l_nlp.experiment: the whole job, saved as one run, and resumed after an
+interruption with the same result as a run that never stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from m2l_nlp import checkpoint, cli, config, experiment, runs
+from m2l_nlp.data import prepare_for
+
+TINY = [
+    "vocab_size=500",
+    "seq_len=64",
+    "bigram_tokens=0",
+    "model.d_model=16",
+    "model.d_ff=32",
+    "train.crop_len=64",
+]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """A tiny preset of 3 epochs and its data (the bundled reviews)."""
+    preset = config.override(
+        config.PRESETS["demo"], [*TINY, "train.epochs=3", "train.ema_decay=0.9"]
+    )
+    cache = tmp_path_factory.mktemp("cache")
+    return preset, prepare_for(preset, "small", cache_dir=cache, progress=False)
+
+
+@pytest.mark.slow
+def test_train_and_evaluate_tests_and_saves_the_run(tmp_path):
+    preset = config.override(config.PRESETS["demo"], [*TINY, "train.epochs=1"])
+    data = prepare_for(preset, "small", cache_dir=tmp_path / "cache", progress=False)
+    out = tmp_path / "run"
+    run = experiment.train_and_evaluate(preset, data, out, name="tiny", progress=False, log=None)
+    n_test = len(data.test_labels)
+    assert run.test is not None and run.test.count == n_test
+    assert int(run.test.confusion.sum()) == n_test
+    assert 0.0 <= run.test.accuracy <= 1.0
+    assert run.config == preset.model_config(data.vocab_size)
+    assert len(run.history["loss"]) == 1 and len(run.history["val_acc"]) == 1
+    saved = json.loads((out / "metrics.json").read_text())
+    assert saved["preset"] == "tiny" and saved["val_size"] == preset.val_size
+    assert saved["test_accuracy"] == pytest.approx(run.test.accuracy)
+    assert saved["test_accuracy"] == run.metrics["test_accuracy"]
+    assert saved["confusion"] == run.test.confusion.tolist()
+    assert saved["history"] == run.history
+    for name in ("training_curves.png", "confusion_matrix.png"):
+        assert (out / name).is_file(), name
+    loaded = checkpoint.load_checkpoint(out / "checkpoint", run.config)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, loaded.params, run.params)
+
+
+def test_an_interrupted_run_resumes_to_the_same_result(tiny, tmp_path, monkeypatch):
+    """Stopped after epoch 2 of 3 (Ctrl-C), then resumed: the same parameters, history and
+    test accuracy as the run that was never stopped; its partial state is then gone."""
+    preset, data = tiny
+    whole = experiment.train_and_evaluate(
+        preset, data, tmp_path / "whole", name="tiny", progress=False, log=None
+    )
+    saving = runs.RunFolder.save_progress
+
+    def stop_after_epoch_2(self, info, arrays):
+        saving(self, info, arrays)
+        if info["epoch"] == 2:
+            raise KeyboardInterrupt
+
+    out = tmp_path / "stopped"
+    monkeypatch.setattr(runs.RunFolder, "save_progress", stop_after_epoch_2)
+    with pytest.raises(KeyboardInterrupt):
+        experiment.train_and_evaluate(preset, data, out, name="tiny", progress=False, log=None)
+    monkeypatch.undo()
+    assert not out.exists() and (tmp_path / ".stopped.partial" / "progress.json").is_file()
+    with pytest.raises(runs.RunFolderError, match="these differ: seed"):
+        experiment.train_and_evaluate(preset, data, out, seed=1, resume=True, name="tiny", log=None)
+    lines = []
+    resumed = experiment.train_and_evaluate(
+        preset, data, out, name="tiny", resume=True, progress=False, log=lines.append
+    )
+    assert "resuming after epoch 2 of 3" in lines
+    assert [line.split(":")[0] for line in lines if line.startswith("epoch")] == ["epoch 3/3"]
+    jax.tree_util.tree_map(np.testing.assert_array_equal, resumed.params, whole.params)
+    assert resumed.history == whole.history
+    assert resumed.test.accuracy == whole.test.accuracy
+    assert resumed.metrics["best_epoch"] == whole.metrics["best_epoch"]
+    assert not (tmp_path / ".stopped.partial").exists()
+
+
+@pytest.mark.slow
+def test_the_cli_killed_after_an_epoch_resumes_to_the_same_run(tmp_path):
+    """SIGKILL right after epoch 1 was saved; `--resume` then ends where a run that was never
+    killed ends: same test accuracy and the same parameters."""
+    args = ["train", "--data", "small", "--epochs", "2", "--no-progress"]
+    args += ["--cache-dir", str(tmp_path / "cache")]
+    assert cli.main([*args, "--out", str(tmp_path / "whole")]) == 0
+    env = dict(os.environ, **{runs.CRASH_ENV: "epoch-1-saved"})
+    killed = [*args, "--out", str(tmp_path / "killed")]
+    command = [sys.executable, "-m", "m2l_nlp.cli", *killed]
+    assert subprocess.run(command, env=env, capture_output=True).returncode == -signal.SIGKILL
+    assert not (tmp_path / "killed").exists()
+    assert cli.main(killed) == 2  # a new start is refused while the interrupted run waits
+    assert cli.main([*killed, "--resume"]) == 0
+    metrics = [json.loads((tmp_path / n / "metrics.json").read_text()) for n in ("whole", "killed")]
+    assert metrics[0]["test_accuracy"] == metrics[1]["test_accuracy"]
+    assert metrics[0]["history"] == metrics[1]["history"]
+    params = [
+        checkpoint.load_checkpoint(tmp_path / n / "checkpoint").params for n in ("whole", "killed")
+    ]
+    jax.tree_util.tree_map(np.testing.assert_array_equal, *params)
+
+
+@pytest.mark.slow
+def test_ctrl_c_keeps_the_last_epoch_and_says_how_to_resume(tmp_path, monkeypatch, capsys):
+    saving = runs.RunFolder.save_progress
+
+    def interrupt_after_epoch_1(self, info, arrays):
+        saving(self, info, arrays)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runs.RunFolder, "save_progress", interrupt_after_epoch_1)
+    args = ["train", "--data", "small", "--epochs", "2", "--no-progress"]
+    args += ["--cache-dir", str(tmp_path / "cache"), "--out", str(tmp_path / "run")]
+    assert cli.main(args) == 130
+    err = capsys.readouterr().err
+    assert "epoch 1 of 2 is kept" in err
+    assert err.strip().endswith(f"continue with: m2l-nlp {' '.join(args)} --resume")
+    monkeypatch.undo()
+    assert cli.main([*args, "--resume"]) == 0
+    assert json.loads((tmp_path / "run" / "metrics.json").read_text())["best_epoch"] in (1, 2)

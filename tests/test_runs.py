@@ -1,0 +1,196 @@
+"""Run folders (m2l_nlp.runs): one unit, never deleting the user's files, one run at a time,
+and fault injection: a run killed at each write step leaves the old run or the new one."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from m2l_nlp import runs
+
+
+def write_run(folder: Path, accuracy: float) -> None:
+    """What a run writes (a stand-in: the files, not a model)."""
+    (folder / "checkpoint").mkdir()
+    (folder / "checkpoint" / "params.npz").write_bytes(b"params %f" % accuracy)
+    (folder / "metrics.json").write_text(json.dumps({"test_accuracy": accuracy}))
+
+
+def accuracy_in(folder: Path) -> float:
+    return json.loads((folder / "metrics.json").read_text())["test_accuracy"]
+
+
+def hidden_siblings(out: Path) -> list[str]:
+    return sorted(p.name for p in out.parent.iterdir() if p.name.startswith(f".{out.name}."))
+
+
+def test_describe_tells_our_runs_from_the_users_files(tmp_path):
+    assert runs.describe(tmp_path / "nothing") == "missing"
+    (tmp_path / "empty").mkdir()
+    assert runs.describe(tmp_path / "empty") == "empty"
+    legacy = tmp_path / "legacy"  # written by the version before run.json
+    legacy.mkdir()
+    write_run(legacy, 0.9)
+    (legacy / "training_curves.png").write_bytes(b"png")
+    assert runs.describe(legacy) == "run"
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    assert runs.describe(mine) == "foreign"
+    (mine / "metrics.json").write_text("{}")
+    assert runs.describe(mine) == "foreign"  # one of our names does not make it ours
+    (tmp_path / "file").write_text("x")
+    assert runs.describe(tmp_path / "file") == "foreign"
+    (tmp_path / "fake").mkdir()
+    (tmp_path / "fake" / runs.MARKER).write_text("not json")
+    assert runs.describe(tmp_path / "fake") == "foreign"
+
+
+def test_a_folder_of_the_users_files_is_refused_and_left_alone(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "precious.csv").write_text("mine")
+    with pytest.raises(runs.RunFolderError, match="not an m2l-nlp run"):
+        with runs.open_run(out, overwrite=True):
+            pass
+    assert sorted(p.name for p in out.iterdir()) == ["precious.csv"]
+
+
+def test_an_existing_run_is_replaced_only_with_overwrite(tmp_path):
+    out = tmp_path / "out"
+    with runs.open_run(out) as folder:
+        folder.commit(lambda new: write_run(new, 0.5), {"preset": "a"})
+    assert accuracy_in(out) == 0.5 and runs.describe(out) == "run"
+    with pytest.raises(runs.RunFolderError, match="add --overwrite"):
+        with runs.open_run(out):
+            pass
+    os.chmod(out / "checkpoint", 0o500)  # a read-only part of our old run: still replaced
+    with runs.open_run(out, overwrite=True) as folder:
+        folder.commit(lambda new: write_run(new, 0.7), {"preset": "a"})
+    assert accuracy_in(out) == 0.7
+    assert hidden_siblings(out) == [".out.lock"]  # nothing else of ours is left behind
+
+
+def test_a_second_run_on_the_same_folder_refuses_at_once(tmp_path):
+    out = tmp_path / "out"
+    code = (
+        "import sys, time\nfrom m2l_nlp import runs\n"
+        "with runs.open_run(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(60)\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(runs.RunFolderError, match="another run is writing to"):
+            with runs.open_run(out):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with runs.open_run(out):  # the lock goes with its process
+        pass
+
+
+def test_progress_is_kept_and_resumed_only_with_the_same_settings(tmp_path):
+    out = tmp_path / "out"
+    info = dict(epoch=1, epochs=3, fingerprint={"seed": 0, "lr": 1e-3})
+    with runs.open_run(out) as folder:
+        folder.save_progress(info, {"w": np.arange(3.0)})
+        folder.save_progress(dict(info, epoch=2), {"w": np.arange(4.0)})
+        kept = sorted(p.name for p in folder.partial.iterdir())
+        assert kept == ["epoch-2.npz", "progress.json"]
+    with pytest.raises(runs.RunFolderError, match="epoch 2 of 3 done"):
+        with runs.open_run(out):
+            pass
+    with runs.open_run(out, resume=True) as folder:
+        with pytest.raises(runs.RunFolderError, match="these differ: lr, seed"):
+            folder.load_progress({"seed": 1, "lr": 1e-2})
+        progress, arrays = folder.load_progress({"seed": 0, "lr": 1e-3})
+        assert progress["epoch"] == 2
+        np.testing.assert_array_equal(arrays["w"], np.arange(4.0))
+    with runs.open_run(out, overwrite=True):  # a new start drops the interrupted run
+        pass
+    assert not (tmp_path / ".out.partial").exists()
+    with pytest.raises(runs.RunFolderError, match="nothing to resume"):
+        with runs.open_run(out, resume=True):
+            pass
+
+
+CRASHING_RUN = textwrap.dedent(
+    """
+    import json, sys
+    from pathlib import Path
+    from m2l_nlp import runs
+
+    out, accuracy = Path(sys.argv[1]), float(sys.argv[2])
+    with runs.open_run(out, overwrite=True) as folder:
+        folder.save_progress(dict(epoch=1, epochs=1, fingerprint={}), {})
+        def write(new):
+            (new / "checkpoint").mkdir()
+            (new / "metrics.json").write_text(json.dumps({"test_accuracy": accuracy}))
+        folder.commit(write, {"preset": "demo"})
+    """
+)
+
+
+@pytest.mark.parametrize("exchange", [True, False], ids=["one-step-swap", "two-renames"])
+@pytest.mark.parametrize(
+    ("point", "seen", "after", "partial_kept"),
+    [
+        ("epoch-1-saved", 0.5, 0.5, True),  # killed while training: the old run, resumable
+        ("run-written", 0.5, 0.5, True),  # new run complete, not swapped in: old run
+        ("old-moved-aside", None, 0.9, False),  # two renames only: between them
+        ("new-moved-in", 0.9, 0.9, False),  # swapped in, not yet tidied: the new run
+    ],
+)
+def test_a_run_killed_at_each_write_step_leaves_the_old_run_or_the_new_one(
+    tmp_path, point, seen, after, partial_kept, exchange
+):
+    if exchange and point == "old-moved-aside":
+        pytest.skip("the one-step swap has no moment between two renames")
+    out = tmp_path / "out"
+    with runs.open_run(out) as folder:
+        folder.commit(lambda new: write_run(new, 0.5), {"preset": "demo"})
+    env = dict(os.environ, **{runs.CRASH_ENV: point})
+    if not exchange:
+        env[runs.NO_EXCHANGE_ENV] = "1"
+    done = subprocess.run([sys.executable, "-c", CRASHING_RUN, str(out), "0.9"], env=env)
+    assert done.returncode == -signal.SIGKILL
+    if seen is None:  # the instant between the renames: no run under the name until repaired
+        assert not out.exists()
+    else:
+        assert accuracy_in(out) == seen and runs.describe(out) == "run"
+    folder = runs.RunFolder(out)
+    folder.repair()  # what the next start on --out does first, under the lock
+    assert accuracy_in(out) == after and runs.describe(out) == "run"
+    expected = [".out.lock", ".out.partial"] if partial_kept else [".out.lock"]
+    assert hidden_siblings(out) == expected
+
+
+def test_a_validation_run_writes_beside_the_test_run():
+    assert runs.default_out("default", no_test=False) == Path("runs/default")
+    assert runs.default_out("default", no_test=True) == Path("runs/default-val")
+
+
+def test_unwritable_reports_a_folder_it_may_not_look_into(tmp_path, monkeypatch):
+    """Path.exists() raises PermissionError under a folder we may not enter: a message."""
+    real_exists = Path.exists
+
+    def exists(self):
+        if self.name == "locked":
+            raise PermissionError(13, "Permission denied")
+        return real_exists(self)
+
+    monkeypatch.setattr(Path, "exists", exists)
+    problem = runs.unwritable(tmp_path / "locked" / "a" / "b", "--out")
+    assert problem and "Permission denied" in problem and "--out" in problem
+    assert runs.unwritable(tmp_path / "new" / "run", "--out") is None
