@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv test lint train demo exercises solutions compat compat-floors compat-colab clean
+.PHONY: venv test test-slow lint train demo exercises solutions compat compat-floors compat-colab clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,12 +20,17 @@ lint: $(STAMP)
 # Instructor / CI suite: lint, library tests and every graded check against the solutions.
 # The drift check fails if exercises/ was not regenerated after a change to solutions/.
 # The graded checks run in one process (their score table and exit status live there); the
-# other tests run in $(JOBS) parallel workers (pytest-xdist).
+# other tests run in $(JOBS) parallel workers (pytest-xdist). The end-to-end tests marked
+# `slow` (whole training runs, notebooks, kills and resumes) run in `make test-slow`, which
+# CI runs after this.
 JOBS ?= 2
 test: $(STAMP) lint
 	$(BIN)/python -m m2l_nlp.grading.stubs --check
 	$(BIN)/python -m pytest tests/graded --impl solutions -q
-	$(BIN)/python -m pytest tests --ignore=tests/graded --impl solutions -q -n $(JOBS)
+	$(BIN)/python -m pytest tests --ignore=tests/graded --impl solutions -q -n $(JOBS) -m "not slow"
+
+test-slow: $(STAMP)
+	$(BIN)/python -m pytest tests --ignore=tests/graded --impl solutions -q -n $(JOBS) -m slow
 
 # Compatibility environments (CI runs them after `make test`; they need pyenv's Python 3.10
 # and 3.13, or FLOORS_PYTHON / COLAB_PYTHON): the dependency floors of pyproject.toml on the

@@ -280,6 +280,12 @@ def _print_result(run: Any, out: Path, elapsed: float) -> None:
             f"  true pos  {c[1, 0]:8d}  {c[1, 1]:8d}"
         )
         print(f"total time: {elapsed:.0f}s")
+    metrics = run.metrics
+    print(
+        f"compilation: {metrics['compiled_programs']} XLA programs compiled, "
+        f"{metrics['compile_seconds']:.0f}s tracing and compiling (programs found in the "
+        "on-disk compilation cache are loaded, not compiled)"
+    )
     written = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
     print(f"wrote {out}/: {', '.join(written)}")
 

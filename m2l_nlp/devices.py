@@ -109,3 +109,26 @@ def check_batch_size(batch_size: int, mesh) -> None:
             f"batch size {batch_size} is not divisible by the {n} devices of the mesh: "
             f"use a multiple of {n} (e.g. {n * max(1, batch_size // n)})"
         )
+
+
+_COMPILE_PREFIX = "/jax/core/compile/"  # tracing, lowering and backend compilation events
+_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"  # one per program XLA compiles
+_compile_totals = {"programs": 0, "seconds": 0.0}
+
+
+def _on_compile_event(event: str, duration: float, **_kwargs: Any) -> None:
+    if event.startswith(_COMPILE_PREFIX):
+        _compile_totals["seconds"] += duration
+        _compile_totals["programs"] += event == _BACKEND_COMPILE
+
+
+def compile_counter() -> dict[str, float]:
+    """Programs XLA compiled and seconds spent compiling (tracing, lowering, compiling) so
+    far in this process; counting starts at the first call. A program found in the
+    persistent compilation cache is not compiled again and is not counted."""
+    import jax.monitoring
+
+    if not getattr(compile_counter, "listening", False):
+        jax.monitoring.register_event_duration_secs_listener(_on_compile_event)
+        compile_counter.listening = True
+    return dict(_compile_totals)

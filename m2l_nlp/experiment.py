@@ -99,6 +99,7 @@ def _train_and_evaluate(
     from m2l_nlp.checkpoint import save_run
 
     start = time.perf_counter()
+    compiled_before = devices.compile_counter()
     settings = preset.settings(seed=seed)
     n_train = len(data.train_labels)
     val_size = resolve_val_size(preset, val_size, no_test, n_train)
@@ -182,6 +183,9 @@ def _train_and_evaluate(
         run_metrics.update(
             test_accuracy=test.accuracy, test_loss=test.loss, confusion=test.confusion.tolist()
         )
+    compiled = devices.compile_counter()
+    run_metrics["compiled_programs"] = compiled["programs"] - compiled_before["programs"]
+    run_metrics["compile_seconds"] = compiled["seconds"] - compiled_before["seconds"]
     run_metrics["seconds"] = time.perf_counter() - start
     params = jax.device_get(result.params)
     run = RunResult(funcs, params, config, result.history, test, run_metrics)

@@ -240,7 +240,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
             terminalreporter.write_line(text)
     results = grader.exercise_results()
     terminalreporter.section(f"score ({grader.impl}/)", sep="=", bold=True)
-    for line in score_table(results).splitlines():
+    for line in score_table(results, len(grader.exercises)).splitlines():
         terminalreporter.write_line(line)
 
 

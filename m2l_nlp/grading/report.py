@@ -5,9 +5,10 @@ from __future__ import annotations
 from m2l_nlp.grading.runner import ExerciseResult
 
 
-def score_table(results: list[ExerciseResult]) -> str:
+def score_table(results: list[ExerciseResult], exercises: int | None = None) -> str:
     """A plain-text table, one block per practical: exercise, status, checks passed, points;
-    then the total and what to do next."""
+    then the total and what to do next. ``exercises`` (all there are) lets the last line
+    say how many were not graded in this run (``pytest -m NAME``)."""
     header = ("exercise", "status", "checks", "points")
     rows: list[tuple[str, ...] | str] = []
     practical = None
@@ -42,8 +43,13 @@ def score_table(results: list[ExerciseResult]) -> str:
                 for m in left
             ]
     todo = [r.exercise.name for r in results if r.status != "passed"]
-    if not todo:
-        lines.append("all graded exercises passed")
+    left_out = (exercises or len(results)) - len(results)
+    if not todo and left_out:
+        done = [r.exercise.name for r in results]
+        names = ", ".join(done) if len(done) <= 3 else f"{len(done)} exercises"
+        lines.append(f"{names} passed; {left_out} exercises not graded in this run")
+    elif not todo:
+        lines.append("all exercises passed")
     else:
         names = ", ".join(todo) if len(todo) <= 3 else f"{len(todo)} exercises"
         lines.append(f"to do: {names}; work on one with `pytest -m {todo[0]}`")
