@@ -282,9 +282,8 @@ def _print_result(run: Any, out: Path, elapsed: float) -> None:
         print(f"total time: {elapsed:.0f}s")
     metrics = run.metrics
     print(
-        f"compilation: {metrics['compiled_programs']} XLA programs compiled, "
-        f"{metrics['compile_seconds']:.0f}s tracing and compiling (programs found in the "
-        "on-disk compilation cache are loaded, not compiled)"
+        f"compilation: {metrics['compiled_programs']} XLA programs (compiled, or loaded from the "
+        f"on-disk compilation cache), {metrics['compile_seconds']:.0f}s tracing and compiling"
     )
     written = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
     print(f"wrote {out}/: {', '.join(written)}")

@@ -112,7 +112,7 @@ def check_batch_size(batch_size: int, mesh) -> None:
 
 
 _COMPILE_PREFIX = "/jax/core/compile/"  # tracing, lowering and backend compilation events
-_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"  # one per program XLA compiles
+_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"  # one per program built
 _compile_totals = {"programs": 0, "seconds": 0.0}
 
 
@@ -123,9 +123,10 @@ def _on_compile_event(event: str, duration: float, **_kwargs: Any) -> None:
 
 
 def compile_counter() -> dict[str, float]:
-    """Programs XLA compiled and seconds spent compiling (tracing, lowering, compiling) so
-    far in this process; counting starts at the first call. A program found in the
-    persistent compilation cache is not compiled again and is not counted."""
+    """XLA programs built so far in this process (compiled, or loaded from the persistent
+    compilation cache: the "Finished XLA compilation" lines of ``JAX_LOG_COMPILES=1``) and
+    the seconds spent tracing, lowering and compiling them; counting starts at the first
+    call."""
     import jax.monitoring
 
     if not getattr(compile_counter, "listening", False):

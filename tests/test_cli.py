@@ -81,6 +81,7 @@ def test_train_then_predict_on_the_small_dataset(tmp_path, capsys, monkeypatch):
     metrics = json.loads((out / "metrics.json").read_text())
     assert sum(map(sum, metrics["confusion"])) == 500  # every test review counted once
     assert 0.0 <= metrics["test_accuracy"] <= 1.0 and metrics["preset"] == "demo"
+    assert metrics["compiled_programs"] > 0 and "XLA programs" in printed
     assert len(metrics["history"]["loss"]) == 1
     checkpoint = ("params.npz", "config.json", "tokenizer.json", "bigrams.npy")  # demo: bigrams
     for name in (

@@ -9,6 +9,7 @@ import sys
 import textwrap
 
 import jax
+import jax.numpy as jnp
 import pytest
 
 from m2l_nlp import devices
@@ -149,3 +150,16 @@ def test_eight_devices_train_like_one():
         assert eight["history"][key] == pytest.approx(one["history"][key], rel=1e-4, abs=1e-5)
     for a, b in zip(one["params"], eight["params"], strict=True):
         assert b == pytest.approx(a, rel=1e-3, abs=1e-4)
+
+
+def test_compile_counter_counts_each_program_once():
+    five, six = jnp.ones(5), jnp.ones(6)  # made first: making them compiles programs too
+    f = jax.jit(lambda x: x * 3 + 1)
+    before = devices.compile_counter()
+    f(five).block_until_ready()
+    f(five).block_until_ready()  # the same shape: no new program
+    middle = devices.compile_counter()
+    assert middle["programs"] - before["programs"] == 1
+    assert middle["seconds"] > before["seconds"]
+    f(six).block_until_ready()  # a new shape: one more
+    assert devices.compile_counter()["programs"] - middle["programs"] == 1
