@@ -22,7 +22,6 @@ from m2l_nlp.config import (
     SMALL_DATA_PRESET,
     TRANSFORMER,
     override,
-    resolve_val_size,
 )
 from m2l_nlp.impl import IMPLS
 
@@ -199,7 +198,7 @@ def _preset_name(args: argparse.Namespace) -> str:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from m2l_nlp.data import default_cache_dir, prepare_for
-    from m2l_nlp.experiment import train_and_evaluate
+    from m2l_nlp.experiment import resolve_val_size, train_and_evaluate
     from m2l_nlp.runs import default_out, open_run, unwritable
 
     start = time.perf_counter()

@@ -422,26 +422,3 @@ def override(settings: Any, assignments: Sequence[str]) -> Any:
                 known += f", {prefix}.NAME ({', '.join(sorted(names))})"
             raise ValueError(f"--set {item!r}: unknown key {key!r}; use one of {known}")
     return settings
-
-
-def resolve_val_size(preset: Preset, requested: int | None, no_test: bool, n_train: int) -> int:
-    """Training reviews to hold out for per-epoch validation.
-
-    ``requested`` (``--val-size``) wins when given. Otherwise a ``no_test`` run holds out
-    the preset's ``val_size`` (at most a fifth of the split), and so does a test run unless
-    the preset is a ``final_fit`` one, which trains on everything. Raises ``ValueError``
-    saying what to do when the request leaves nothing to train on, or nothing to validate on
-    in a ``no_test`` run.
-    """
-    if requested is None:
-        val_size = 0 if preset.final_fit and not no_test else preset.val_size_for(n_train)
-    elif requested >= n_train:
-        raise ValueError(
-            f"--val-size {requested} leaves nothing to train on: the training split has "
-            f"{n_train} reviews; hold out fewer (or 0)"
-        )
-    else:
-        val_size = requested
-    if no_test and not val_size:
-        raise ValueError("--no-test needs a validation split to report on; drop --val-size 0")
-    return val_size

@@ -40,7 +40,10 @@ def evaluate_on_batch(
     return jnp.trace(confusion) / jnp.maximum(confusion.sum(), 1.0), confusion
 
 
+@functools.lru_cache(maxsize=16)
 def _make_logit_step(model: ModelFuncs, mesh) -> Callable:
+    """The jitted evaluation step of ``model``, made once per model and mesh, so that every
+    evaluation of a run (each epoch's, the test's) reuses its compiled programs."""
     shard = devices.batch_sharded(mesh)
     apply = model.model_fw.apply
 

@@ -21,12 +21,35 @@ import haiku as hk
 import jax
 
 from m2l_nlp import devices, runs
-from m2l_nlp.config import Preset, resolve_val_size
+from m2l_nlp.config import Preset
 from m2l_nlp.data import split_validation
 from m2l_nlp.evaluation import evaluate
 from m2l_nlp.metrics import EvalResult
 from m2l_nlp.training import Progress, train
 from m2l_nlp.transform import ModelFuncs
+
+
+def resolve_val_size(preset: Preset, requested: int | None, no_test: bool, n_train: int) -> int:
+    """Training reviews to hold out for per-epoch validation.
+
+    ``requested`` (``--val-size``) wins when given. Otherwise a ``no_test`` run holds out
+    the preset's ``val_size`` (at most a fifth of the split), and so does a test run unless
+    the preset is a ``final_fit`` one, which trains on everything. Raises ``ValueError``
+    saying what to do when the request leaves nothing to train on, or nothing to validate on
+    in a ``no_test`` run.
+    """
+    if requested is None:
+        val_size = 0 if preset.final_fit and not no_test else preset.val_size_for(n_train)
+    elif requested >= n_train:
+        raise ValueError(
+            f"--val-size {requested} leaves nothing to train on: the training split has "
+            f"{n_train} reviews; hold out fewer (or 0)"
+        )
+    else:
+        val_size = requested
+    if no_test and not val_size:
+        raise ValueError("--no-test needs a validation split to report on; drop --val-size 0")
+    return val_size
 
 
 class RunResult(NamedTuple):
@@ -62,7 +85,7 @@ def train_and_evaluate(
     ``data`` is a :class:`~m2l_nlp.data.PreparedData` encoded as the preset says
     (:func:`m2l_nlp.data.prepare_for`). ``val_size`` training reviews are held out
     (:func:`m2l_nlp.data.split_validation`; default: see
-    :func:`~m2l_nlp.config.resolve_val_size`) to validate each epoch and keep the best;
+    :func:`resolve_val_size`) to validate each epoch and keep the best;
     the test reviews are scored once, at the end, unless ``no_test``. ``impl`` picks the
     student's or the reference modules (or a notebook's ``globals()``); ``name`` and
     ``changed`` (the preset's name and its ``--set`` changes) are recorded in the metrics.

@@ -12,8 +12,8 @@ from m2l_nlp.config import (
     ReverseConfig,
     TrainSettings,
     override,
-    resolve_val_size,
 )
+from m2l_nlp.experiment import resolve_val_size
 
 
 def test_presets_are_valid_configs():

@@ -809,6 +809,11 @@ def test_import_error_and_timeout_are_reported(tmp_path):
                 expect_close(ctx.student.spin(1.0), 1.0, "spin(1.0)")
 
 
+            @spin.check
+            def check_spin_again(ctx):
+                expect_close(ctx.student.spin(2.0), 1.0, "spin(2.0)")
+
+
             @fine.check
             def check_fine(ctx):
                 expect_close(ctx.student.fine(), 1.0, "fine()")
@@ -847,6 +852,9 @@ def test_import_error_and_timeout_are_reported(tmp_path):
     tests = {t["name"]: t for t in json.loads((root / "r.json").read_text())["tests"]}
     assert tests["fine"]["status"] == "passed"  # the other practical is still graded
     assert tests["spin"]["status"] == "failed" and "stopped after 2 s" in tests["spin"]["output"]
+    # the exercise's second check is not run at all: one hang costs its time once
+    assert "not run: an earlier check of this exercise was stopped" in tests["spin"]["output"]
+    assert out.count("stopped after 2 s") == 1, out
     assert tests["broken"]["status"] == "failed" and tests["broken"]["output"].startswith("error")
 
 

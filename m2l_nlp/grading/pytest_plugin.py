@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from m2l_nlp.fileio import write_json_atomic
-from m2l_nlp.grading.registry import Exercise, load_exercises
+from m2l_nlp.grading.registry import CheckFailure, Exercise, load_exercises
 from m2l_nlp.grading.report import score_table
 from m2l_nlp.grading.runner import (
     CheckResult,
@@ -47,6 +47,7 @@ class Grader:
         self.exercises: dict[str, Exercise] = load_exercises()
         self.modules: dict[str, ModuleType | PracticalError] = {}
         self.results: dict[str, list[CheckResult]] = {}
+        self.stopped: set[str] = set()  # exercises with a check stopped for taking too long
 
     def path_of(self, practical: str) -> Path:
         return repo_root() / self.impl / f"{practical}.py"
@@ -67,6 +68,10 @@ class Grader:
         return module
 
     def run(self, exercise: str, check: str) -> None:
+        if exercise in self.stopped:  # one hang per exercise costs its time once, not per check
+            raise CheckFailure(
+                "not run: an earlier check of this exercise was stopped for taking too long"
+            )
         ex = self.exercises[exercise]
         chk = next(c for c in ex.checks if c.name == check)
         student = self.student(ex.practical)
@@ -179,6 +184,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     exercise, check = item.callspec.params["exercise"], item.callspec.params["check"]
     excinfo = call.excinfo
     if excinfo is not None and _is_timeout(excinfo):
+        grader.stopped.add(exercise)
         timeout = item.config.getoption("grade_timeout")
         status, message = (
             "failed",
