@@ -637,6 +637,66 @@ def test_attention_hints_name_the_slip(tmp_path, edits, hint):
         assert "sqrt" not in message
 
 
+@pytest.mark.parametrize(
+    ("edits", "hint"),
+    [
+        (dict(MUTATIONS["positional_encoding"])["sin and cos swapped"], "sine and cosine swapped"),
+        (
+            [
+                (
+                    "np.arange(max_len, dtype=np.float64)",
+                    "np.arange(1, max_len + 1, dtype=np.float64)",
+                )
+            ],
+            "counts positions from 1",
+        ),
+        (dict(MUTATIONS["positional_encoding"])["i instead of 2i"], "the exponent is 2i / d_model"),
+        (dict(MUTATIONS["positional_encoding"])["base 1000"], "Even features (0, 2, ...)"),
+    ],
+    ids=["sin/cos swapped", "positions from 1", "i instead of 2i", "other base"],
+)
+def test_positional_encoding_hints_name_the_slip(tmp_path, edits, hint):
+    result = grade(_module_from(_apply(edits), tmp_path), "positional_encoding", True)
+    message = result.messages()[0]
+    assert "table_closed_form" in message and hint in message, message
+
+
+@pytest.mark.parametrize(
+    ("edits", "hint", "not_hint"),
+    [
+        (
+            [
+                (
+                    "        if is_train and self.p_dropout > 0:\n            hidden = hk.dropout("
+                    "hk.next_rng_key(),",
+                    "        if self.p_dropout > 0:\n            hidden = hk.dropout("
+                    "jax.random.PRNGKey(0),",
+                ),
+            ],
+            "dropout acts in evaluation mode",
+            "Is the ReLU there?",
+        ),
+        (
+            dict(MUTATIONS["positionwise_feed_forward"])["no ReLU"],
+            "Is the ReLU there?",
+            "dropout acts",
+        ),
+    ],
+    ids=["dropout with a fixed key", "no ReLU"],
+)
+def test_feed_forward_hints_name_the_slip(tmp_path, edits, hint, not_hint):
+    result = grade(_module_from(_apply(edits), tmp_path), "positionwise_feed_forward", True)
+    message = result.messages()[0]
+    assert hint in message and not_hint not in message, message
+
+
+def test_a_mask_on_the_query_axis_is_told_the_shape_to_use(tmp_path):
+    edits = [("mask = mask[:, None, None, :]", "mask = mask[:, None, :, None]")]
+    result = grade(_module_from(_apply(edits), tmp_path), "multihead_attention", True)
+    message = result.messages()[0]
+    assert "(B, S_k) mask must become (B, 1, 1, S_k)" in message and "never queries" in message
+
+
 def test_every_exercise_has_three_mutations():
     p2 = [ex.name for ex in load_exercises().values() if ex.practical == P2]
     assert sorted(MUTATIONS) == sorted(p2)

@@ -277,24 +277,36 @@ def check_mha_masks(ctx):
     pad = _mask(rng, B, 6)
     full = np.broadcast_to(pad[:, None, :], (B, 4, 6)).copy()
     full[0, 1, :3] = 0
-    for mask, label in (
-        (pad, "(B, S_k)"),
-        (pad[:, None, :], "(B, 1, S_k)"),
-        (full, "(B, S_q, S_k)"),
+    for mask, label, wanted in (
+        (pad, "(B, S_k)", "(B, 1, 1, S_k), mask[:, None, None, :]"),
+        (pad[:, None, :], "(B, 1, S_k)", "(B, 1, 1, S_k), mask[:, None]"),
+        (full, "(B, S_q, S_k)", "(B, 1, S_q, S_k), mask[:, None]"),
     ):
-        _compare_module(
-            ctx,
-            _mha_build,
-            q,
-            k,
-            v,
-            mask,
-            names=(f"the output with a {label} mask", f"the attention weights with a {label} mask"),
-            hint=(
-                "If mha_matches_reference passes, look at the mask: give it a head axis so it "
-                "broadcasts against (B, h, S_q, S_k)."
-            ),
+        hint = (
+            f"a {label} mask must become {wanted}, so that it broadcasts against the "
+            "(B, h, S_q, S_k) scores and hides keys (the last axis), never queries."
         )
+        try:
+            _compare_module(
+                ctx,
+                _mha_build,
+                q,
+                k,
+                v,
+                mask,
+                names=(
+                    f"the output with a {label} mask",
+                    f"the attention weights with a {label} mask",
+                ),
+                hint=f"If mha_matches_reference passes, look at the mask: {hint}",
+            )
+        except (TypeError, ValueError) as err:  # a mask that does not broadcast
+            if "broadcast" not in str(err):
+                raise
+            first = str(err).splitlines()[0]
+            fail(
+                f"with a {label} mask your code raised {type(err).__name__}: {first}. Hint: {hint}"
+            )
 
 
 @mha.check

@@ -46,13 +46,30 @@ def _ffn(p: float, is_train: bool):
     return build
 
 
+def _ffn_hint(ctx, x) -> str:
+    """If the evaluation output is right once the dropout rate is 0, the slip is dropout in
+    evaluation mode (a fixed key included); otherwise the layers themselves."""
+    params = perturb(run_haiku(_ffn(0.1, False), ctx.ref, None, x), ctx.rng("params"))
+    try:
+        rate_0 = run_haiku(_ffn(0.0, False), ctx.student, params, x)
+        want = run_haiku(_ffn(0.0, False), ctx.ref, params, x)
+        dropout_only = np.allclose(np.asarray(rate_0), np.asarray(want), atol=1e-4)
+    except Exception:  # noqa: BLE001 - the comparison itself will say what is wrong
+        dropout_only = False
+    if dropout_only:
+        return (
+            "With p_dropout=0 yours matches, so dropout acts in evaluation mode: apply it only "
+            "when is_train is True (and with hk.next_rng_key(), never a fixed key)."
+        )
+    return "Check the layers in order: Linear(d_ff), ReLU, Linear(d_model). Is the ReLU there?"
+
+
 @ffn.check
 def check_ffn_matches_reference(ctx):
     """Evaluation output `(B, S, D)` matches the reference (under jax.jit)."""
     x = normal(ctx.rng(), B, S, D)
-    _compare_module(
-        ctx, _ffn(0.1, False), x, names=("the output (evaluation mode)",), hint="Is the ReLU there?"
-    )
+    hint = _ffn_hint(ctx, x)
+    _compare_module(ctx, _ffn(0.1, False), x, names=("the output (evaluation mode)",), hint=hint)
 
 
 @ffn.check
@@ -276,13 +293,53 @@ pe = exercise(
 )
 
 
-def _closed_form(max_len: int, d_model: int) -> np.ndarray:
+def _closed_form(
+    max_len: int, d_model: int, first: int = 0, halved: bool = False, swap: bool = False
+) -> np.ndarray:
+    """The table, or (for the hints) a usual slip: positions from ``first``, the exponent
+    of pair ``i`` taken as ``i`` instead of ``2i`` (``halved``), sine and cosine swapped."""
     table = np.zeros((max_len, d_model))
     for pos in range(max_len):
         for j in range(d_model):
-            angle = pos / 10000 ** ((j - j % 2) / d_model)
-            table[pos, j] = np.sin(angle) if j % 2 == 0 else np.cos(angle)
+            exponent = j // 2 if halved else j - j % 2
+            angle = (pos + first) / 10000 ** (exponent / d_model)
+            table[pos, j] = np.sin(angle) if (j % 2 == 0) != swap else np.cos(angle)
     return table
+
+
+_TABLE_SLIPS = (
+    (
+        dict(swap=True),
+        "Yours has sine and cosine swapped: the even features (0, 2, ...) get the sine, the "
+        "odd ones the cosine.",
+    ),
+    (
+        dict(first=1),
+        "Yours counts positions from 1: the first position is 0, so its row is sin(0) = 0 and "
+        "cos(0) = 1 alternating.",
+    ),
+    (
+        dict(halved=True),
+        "Yours divides by 10000^(i / d_model) with i the number of the pair: the exponent is "
+        "2i / d_model, the index of the pair's even feature.",
+    ),
+)
+
+
+def _table_hint(table) -> str:
+    """Name the slip a wrong table shows, if it is one of the usual ones."""
+    try:
+        got = np.asarray(table, np.float64)
+    except (TypeError, ValueError):
+        return ""
+    for slip, hint in _TABLE_SLIPS:
+        want = _closed_form(*got.shape, **slip) if got.ndim == 2 else None
+        if want is not None and np.allclose(got, want, atol=1e-5):
+            return hint
+    return (
+        "Even features (0, 2, ...) get the sine, odd features the cosine, of "
+        "pos / 10000^(2i / d_model) where 2i is the even feature index of the pair."
+    )
 
 
 @pe.check
@@ -310,8 +367,7 @@ def check_table_closed_form(ctx):
             f"sinusoidal_encoding({max_len}, {d_model})",
             atol=1e-5,
             rtol=1e-5,
-            hint="Even features (0, 2, ...) get the sine, odd features the cosine, of "
-            "pos / 10000^(2i / d_model) where 2i is the even feature index of the pair.",
+            hint=_table_hint(table),
         )
 
 
