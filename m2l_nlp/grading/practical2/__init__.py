@@ -7,8 +7,8 @@ small and seeded; tolerances hold on CPU and GPU (float32, matmuls at highest pr
 The checks are split by exercise group, one module each:
 
 - :mod:`.attention`: ``scaled_dot_product``, ``masked_embedding``, ``multihead_attention``;
-- :mod:`.blocks`: ``positionwise_feed_forward``, ``encoder_block``, ``transformer_encoder``,
-  ``positional_encoding``;
+- :mod:`.blocks`: ``positionwise_feed_forward``, ``encoder_block``, ``transformer_encoder``;
+- :mod:`.positional`: ``positional_encoding``;
 - :mod:`.classifier`: ``classifier`` (masked pooling and the full model);
 
 and :mod:`.common` holds what they share (sizes, masks, the comparison with the reference).
@@ -20,7 +20,7 @@ import importlib
 
 # Importing a module registers its exercises; the registry (so the score table and the
 # order of the tests) keeps the order of import, which is the teaching order.
-MODULES = ("attention", "blocks", "classifier")
+MODULES = ("attention", "blocks", "positional", "classifier")
 
 for _module in MODULES:
     importlib.import_module(f"{__name__}.{_module}")

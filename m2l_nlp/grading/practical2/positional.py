@@ -1,0 +1,243 @@
+"""Graded checks of practical 2, positions: ``positional_encoding`` (the sinusoidal table
+and the module that adds it)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from m2l_nlp.grading.practical2.common import (
+    FF,
+    PRACTICAL,
+    B,
+    D,
+    S,
+    _compare_module,
+)
+from m2l_nlp.grading.registry import exercise
+from m2l_nlp.grading.tools import (
+    expect_array,
+    expect_close,
+    expect_dropout_only_in_training,
+    fail,
+    normal,
+    perturb,
+    run_haiku,
+)
+
+# --------------------------------------------------------------------------------------------
+# 4. positionwise_feed_forward
+
+ffn = exercise(
+    "positionwise_feed_forward",
+    PRACTICAL,
+    points=10,
+    targets=("PositionwiseFeedForward",),
+    title="Linear(d_ff), ReLU, dropout while training, Linear(d_model)",
+)
+
+
+def _ffn(p: float, is_train: bool):
+    def build(ns):
+        return lambda x: ns.PositionwiseFeedForward(D, FF, p, name="ffn")(x, is_train)
+
+    return build
+
+
+def _ffn_hint(ctx, x) -> str:
+    """If the evaluation output is right once the dropout rate is 0, the slip is dropout in
+    evaluation mode (a fixed key included); otherwise the layers themselves."""
+    params = perturb(run_haiku(_ffn(0.1, False), ctx.ref, None, x), ctx.rng("params"))
+    try:
+        rate_0 = run_haiku(_ffn(0.0, False), ctx.student, params, x)
+        want = run_haiku(_ffn(0.0, False), ctx.ref, params, x)
+        dropout_only = np.allclose(np.asarray(rate_0), np.asarray(want), atol=1e-4)
+    except Exception:  # noqa: BLE001 - the comparison itself will say what is wrong
+        dropout_only = False
+    if dropout_only:
+        return (
+            "With p_dropout=0 yours matches, so dropout acts in evaluation mode: apply it only "
+            "when is_train is True (and with hk.next_rng_key(), never a fixed key)."
+        )
+    return "Check the layers in order: Linear(d_ff), ReLU, Linear(d_model). Is the ReLU there?"
+
+
+@ffn.check
+def check_ffn_matches_reference(ctx):
+    """Evaluation output `(B, S, D)` matches the reference (under jax.jit)."""
+    x = normal(ctx.rng(), B, S, D)
+    hint = _ffn_hint(ctx, x)
+    _compare_module(ctx, _ffn(0.1, False), x, names=("the output (evaluation mode)",), hint=hint)
+
+
+@ffn.check
+def check_ffn_eval_no_dropout(ctx):
+    """Evaluation (`is_train=False`) needs no random key and is deterministic."""
+    x = normal(ctx.rng(), B, S, D)
+    params = run_haiku(_ffn(0.5, True), ctx.ref, None, x)
+    first = run_haiku(_ffn(0.5, False), ctx.student, params, x)
+    second = run_haiku(_ffn(0.5, False), ctx.student, params, x)
+    expect_array(first, "the output", shape=(B, S, D))
+    expect_close(second, first, "a second evaluation of the same input", versus="the first")
+
+
+@ffn.check
+def check_ffn_dropout(ctx):
+    """Dropout is on in training (p=0.5 changes the output) and p=0 changes nothing."""
+    x = normal(ctx.rng(), B, S, D)
+    expect_dropout_only_in_training(
+        ctx,
+        _ffn,
+        x,
+        what="PositionwiseFeedForward",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# 7. positional_encoding
+
+pe = exercise(
+    "positional_encoding",
+    PRACTICAL,
+    points=15,
+    targets=("sinusoidal_encoding", "PositionalEncoding"),
+    title="the sinusoidal position table, added to the token vectors",
+)
+
+
+def _closed_form(
+    max_len: int, d_model: int, first: int = 0, halved: bool = False, swap: bool = False
+) -> np.ndarray:
+    """The table, or (for the hints) a usual slip: positions from ``first``, the exponent
+    of pair ``i`` taken as ``i`` instead of ``2i`` (``halved``), sine and cosine swapped."""
+    table = np.zeros((max_len, d_model))
+    for pos in range(max_len):
+        for j in range(d_model):
+            exponent = j // 2 if halved else j - j % 2
+            angle = (pos + first) / 10000 ** (exponent / d_model)
+            table[pos, j] = np.sin(angle) if (j % 2 == 0) != swap else np.cos(angle)
+    return table
+
+
+_TABLE_SLIPS = (
+    (
+        dict(swap=True),
+        "Yours has sine and cosine swapped: the even features (0, 2, ...) get the sine, the "
+        "odd ones the cosine.",
+    ),
+    (
+        dict(first=1),
+        "Yours counts positions from 1: the first position is 0, so its row is sin(0) = 0 and "
+        "cos(0) = 1 alternating.",
+    ),
+    (
+        dict(halved=True),
+        "Yours divides by 10000^(i / d_model) with i the number of the pair: the exponent is "
+        "2i / d_model, the index of the pair's even feature.",
+    ),
+)
+
+
+def _table_hint(table) -> str:
+    """Name the slip a wrong table shows, if it is one of the usual ones."""
+    try:
+        got = np.asarray(table, np.float64)
+    except (TypeError, ValueError):
+        return ""
+    for slip, hint in _TABLE_SLIPS:
+        want = _closed_form(*got.shape, **slip) if got.ndim == 2 else None
+        if want is not None and np.allclose(got, want, atol=1e-5):
+            return hint
+    return (
+        "Even features (0, 2, ...) get the sine, odd features the cosine, of "
+        "pos / 10000^(2i / d_model) where 2i is the even feature index of the pair."
+    )
+
+
+@pe.check
+def check_table_shape_dtype(ctx):
+    """`sinusoidal_encoding(max_len, d_model)` is a float32 `(max_len, d_model)` array."""
+    for max_len, d_model in ((50, 16), (10, 7)):
+        table = ctx.student.sinusoidal_encoding(max_len, d_model)
+        expect_array(
+            table,
+            f"sinusoidal_encoding({max_len}, {d_model})",
+            shape=(max_len, d_model),
+            dtype=np.float32,
+            axes="(max_len, d_model)",
+        )
+
+
+@pe.check
+def check_table_closed_form(ctx):
+    """PE[pos, 2i] = sin(pos / 10000^(2i/D)), PE[pos, 2i+1] = cos(same), odd D too."""
+    for max_len, d_model in ((50, 16), (10, 7)):
+        table = ctx.student.sinusoidal_encoding(max_len, d_model)
+        expect_close(
+            table,
+            _closed_form(max_len, d_model),
+            f"sinusoidal_encoding({max_len}, {d_model})",
+            atol=1e-5,
+            rtol=1e-5,
+            hint=_table_hint(table),
+        )
+
+
+def _pe(p: float, is_train: bool, max_len: int = 20):
+    def build(ns):
+        return lambda x: ns.PositionalEncoding(D, max_len, p, name="pe")(x, is_train)
+
+    return build
+
+
+@pe.check
+def check_adds_table(ctx):
+    """In evaluation, the output is `x + table[:S]` (under jax.jit)."""
+    rng = ctx.rng()
+    x = normal(rng, B, S, D)
+    _compare_module(
+        ctx,
+        _pe(0.1, False),
+        x,
+        names=("the output of PositionalEncoding (evaluation)",),
+        hint=(
+            "Add the first S rows of the table to x, and return the sum. If "
+            "table_closed_form fails too, fix sinusoidal_encoding first: the module adds "
+            "the table it makes."
+        ),
+    )
+    out = run_haiku(_pe(0.1, False), ctx.student, {}, np.zeros((B, S, D), np.float32))
+    expect_close(
+        out,
+        np.broadcast_to(_closed_form(S, D), (B, S, D)),
+        "the output for x = 0 (it should be the table itself)",
+    )
+
+
+@pe.check
+def check_too_long_raises(ctx):
+    """A sequence longer than `max_len` raises `ValueError` that says so."""
+    x = np.zeros((1, 25, D), np.float32)
+    try:
+        run_haiku(_pe(0.1, False), ctx.student, {}, x)
+    except ValueError:
+        return
+    except (NotImplementedError, AssertionError):
+        raise
+    except Exception as err:  # noqa: BLE001 - any other error is the wrong kind
+        fail(
+            f"a sequence of 25 tokens with max_len=20 should raise ValueError with a clear "
+            f"message; yours raised {type(err).__name__}: {err}"
+        )
+    fail("a sequence of 25 tokens with max_len=20 should raise ValueError; yours raised nothing")
+
+
+@pe.check
+def check_pe_dropout(ctx):
+    """Dropout after the addition in training only."""
+    x = normal(ctx.rng(), B, S, D)
+    expect_dropout_only_in_training(
+        ctx,
+        _pe,
+        x,
+        what="PositionalEncoding",
+    )
