@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from m2l_nlp.grading.practical2.common import (
-    FF,
     PRACTICAL,
     B,
     D,
@@ -20,77 +19,8 @@ from m2l_nlp.grading.tools import (
     expect_dropout_only_in_training,
     fail,
     normal,
-    perturb,
     run_haiku,
 )
-
-# --------------------------------------------------------------------------------------------
-# 4. positionwise_feed_forward
-
-ffn = exercise(
-    "positionwise_feed_forward",
-    PRACTICAL,
-    points=10,
-    targets=("PositionwiseFeedForward",),
-    title="Linear(d_ff), ReLU, dropout while training, Linear(d_model)",
-)
-
-
-def _ffn(p: float, is_train: bool):
-    def build(ns):
-        return lambda x: ns.PositionwiseFeedForward(D, FF, p, name="ffn")(x, is_train)
-
-    return build
-
-
-def _ffn_hint(ctx, x) -> str:
-    """If the evaluation output is right once the dropout rate is 0, the slip is dropout in
-    evaluation mode (a fixed key included); otherwise the layers themselves."""
-    params = perturb(run_haiku(_ffn(0.1, False), ctx.ref, None, x), ctx.rng("params"))
-    try:
-        rate_0 = run_haiku(_ffn(0.0, False), ctx.student, params, x)
-        want = run_haiku(_ffn(0.0, False), ctx.ref, params, x)
-        dropout_only = np.allclose(np.asarray(rate_0), np.asarray(want), atol=1e-4)
-    except Exception:  # noqa: BLE001 - the comparison itself will say what is wrong
-        dropout_only = False
-    if dropout_only:
-        return (
-            "With p_dropout=0 yours matches, so dropout acts in evaluation mode: apply it only "
-            "when is_train is True (and with hk.next_rng_key(), never a fixed key)."
-        )
-    return "Check the layers in order: Linear(d_ff), ReLU, Linear(d_model). Is the ReLU there?"
-
-
-@ffn.check
-def check_ffn_matches_reference(ctx):
-    """Evaluation output `(B, S, D)` matches the reference (under jax.jit)."""
-    x = normal(ctx.rng(), B, S, D)
-    hint = _ffn_hint(ctx, x)
-    _compare_module(ctx, _ffn(0.1, False), x, names=("the output (evaluation mode)",), hint=hint)
-
-
-@ffn.check
-def check_ffn_eval_no_dropout(ctx):
-    """Evaluation (`is_train=False`) needs no random key and is deterministic."""
-    x = normal(ctx.rng(), B, S, D)
-    params = run_haiku(_ffn(0.5, True), ctx.ref, None, x)
-    first = run_haiku(_ffn(0.5, False), ctx.student, params, x)
-    second = run_haiku(_ffn(0.5, False), ctx.student, params, x)
-    expect_array(first, "the output", shape=(B, S, D))
-    expect_close(second, first, "a second evaluation of the same input", versus="the first")
-
-
-@ffn.check
-def check_ffn_dropout(ctx):
-    """Dropout is on in training (p=0.5 changes the output) and p=0 changes nothing."""
-    x = normal(ctx.rng(), B, S, D)
-    expect_dropout_only_in_training(
-        ctx,
-        _ffn,
-        x,
-        what="PositionwiseFeedForward",
-    )
-
 
 # --------------------------------------------------------------------------------------------
 # 7. positional_encoding
