@@ -22,7 +22,7 @@ import pytest
 
 from m2l_nlp.fileio import write_json_atomic
 from m2l_nlp.grading.registry import CheckFailure, Exercise, load_exercises
-from m2l_nlp.grading.report import score_table
+from m2l_nlp.grading.report import results_json, score_table
 from m2l_nlp.grading.runner import (
     CheckResult,
     ExerciseResult,
@@ -248,26 +248,6 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.section(f"score ({grader.impl}/)", sep="=", bold=True)
     for line in score_table(results, len(grader.exercises)).splitlines():
         terminalreporter.write_line(line)
-
-
-def results_json(results: list[ExerciseResult], import_errors: list[str]) -> dict[str, Any]:
-    """Gradescope's ``results.json`` content for the graded exercises."""
-    tests = []
-    for r in results:
-        output = "\n".join(r.messages()) or f"all {len(r.checks)} checks passed"
-        tests.append(
-            {
-                "name": r.exercise.name,
-                "score": r.points,
-                "max_score": r.exercise.points,
-                "status": "passed" if r.status == "passed" else "failed",
-                "output": f"{r.status}: {output}",
-            }
-        )
-    data: dict[str, Any] = {"score": sum(r.points for r in results), "tests": tests}
-    if import_errors:
-        data["output"] = "\n\n".join(import_errors)
-    return data
 
 
 def write_results_json(path: Path, results: list[ExerciseResult], errors: list[str]) -> None:

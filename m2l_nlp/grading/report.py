@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from m2l_nlp.grading.runner import ExerciseResult
 
 
@@ -54,3 +56,24 @@ def score_table(results: list[ExerciseResult], exercises: int | None = None) -> 
         names = ", ".join(todo) if len(todo) <= 3 else f"{len(todo)} exercises"
         lines.append(f"to do: {names}; work on one with `pytest -m {todo[0]}`")
     return "\n".join(lines)
+
+
+def results_json(results: list[ExerciseResult], import_errors: list[str]) -> dict[str, Any]:
+    """Gradescope's ``results.json`` content for the graded exercises."""
+    tests = []
+    for r in results:
+        output = "\n".join(r.messages()) or f"all {len(r.checks)} checks passed"
+        tests.append(
+            {
+                "name": r.exercise.name,
+                "score": r.points,
+                "max_score": r.exercise.points,
+                "status": "passed" if r.status == "passed" else "failed",
+                "output": f"{r.status}: {output}",
+                "visibility": "visible",
+            }
+        )
+    data: dict[str, Any] = {"score": sum(r.points for r in results), "tests": tests}
+    if import_errors:
+        data["output"] = "\n\n".join(import_errors)
+    return data

@@ -23,13 +23,23 @@ import numpy as np
 
 from m2l_nlp.grading.registry import Check, CheckFailure, Exercise
 from m2l_nlp.grading.tools import rng_for
-from m2l_nlp.impl import load_practical
+from m2l_nlp.impl import load_practical, repo_root
 
 _REFERENCES: dict[str, ModuleType] = {}
 
 
 class PracticalError(Exception):
     """The student's practical file could not be imported (syntax error, bad import, ...)."""
+
+
+class StudentError(Exception):
+    """An exception raised by the student's code in another process, as plain data: its type
+    name, message and traceback frames (``(file, line, function, text)``)."""
+
+    def __init__(self, kind: str, message: str, frames: list[traceback.FrameSummary]):
+        super().__init__(message)
+        self.kind = kind
+        self.frames = frames
 
 
 class StudentNamespace:
@@ -73,10 +83,17 @@ class Context:
         return jax.random.PRNGKey(seed)
 
 
-def reference(practical: str) -> ModuleType:
-    """The reference module of ``practical`` (imported once)."""
+def reference(practical: str) -> Any:
+    """The reference of ``practical`` (loaded once): the module ``solutions/<practical>.py``,
+    or, in a student handout without ``solutions/``, the expected values recorded from it
+    (:class:`~m2l_nlp.grading.expected.Replay`)."""
     if practical not in _REFERENCES:
-        _REFERENCES[practical] = load_practical(practical, "solutions")
+        from m2l_nlp.grading import expected
+
+        if (repo_root() / "solutions" / f"{practical}.py").is_file():
+            _REFERENCES[practical] = load_practical(practical, "solutions")
+        else:
+            _REFERENCES[practical] = expected.load(practical)
     return _REFERENCES[practical]
 
 
@@ -136,7 +153,7 @@ def globals_of(obj: Any) -> dict[str, Any] | None:
 
 
 @functools.cache
-def _stub_lines(path: str) -> tuple[str, ...]:
+def stub_lines_from(path: str) -> tuple[str, ...]:
     """The ``raise NotImplementedError(...)`` lines of the stub made from a solution file."""
     from m2l_nlp.grading.stubs import make_stub
 
@@ -144,13 +161,27 @@ def _stub_lines(path: str) -> tuple[str, ...]:
     return tuple(m.group(0) for m in re.finditer(r'raise NotImplementedError\("[^"\n]*"\)', text))
 
 
-def untouched(exercise: Exercise, student: Any, ref: ModuleType) -> str | None:
+def stub_lines_of(ref: Any) -> tuple[str, ...]:
+    """The stub lines of the practical of ``ref`` (a module, or recorded expected values)."""
+    if isinstance(ref, ModuleType):
+        ref_file = getattr(ref, "__file__", None)
+        return stub_lines_from(ref_file) if ref_file else ()
+    return tuple(getattr(ref, "stub_lines", ()))
+
+
+def source_of(student: Any, name: str) -> str:
+    """The source code of the student's ``name`` (asked of the process that runs it, if any)."""
+    if hasattr(type(student), "source"):
+        return student.source(name)
+    return inspect.getsource(getattr(student, name))
+
+
+def untouched(exercise: Exercise, student: Any, ref: Any) -> str | None:
     """If every target of ``exercise`` still holds all of its stub lines, the message of the
     first one (the exercise is not started: no need to run the checks); otherwise None."""
-    ref_file = getattr(ref, "__file__", None)
-    if not ref_file:
+    lines = stub_lines_of(ref)
+    if not lines:
         return None
-    lines = _stub_lines(ref_file)
     first = None
     for target in exercise.targets:
         mine = [
@@ -161,10 +192,10 @@ def untouched(exercise: Exercise, student: Any, ref: ModuleType) -> str | None:
             )
         ]
         try:
-            source = inspect.getsource(getattr(student, target))
+            source = source_of(student, target)
         except Exception:  # noqa: BLE001 - no source (or no object): just run the checks
             return None
-        if not mine or not all(line in source for line in mine):
+        if not mine or not isinstance(source, str) or not all(line in source for line in mine):
             return None
         first = first or mine[0]
     return first[len('raise NotImplementedError("') : -2] if first else None
@@ -174,18 +205,23 @@ def run_check(
     exercise: Exercise,
     check: Check,
     student: Any,
-    ref: ModuleType,
+    ref: Any,
     student_globals: list[dict[str, Any]],
 ) -> None:
     """Run one check; raises what the check raises (``CheckFailure``, ``NotImplementedError``,
     or an exception from the student's code). An exercise whose stubs are all untouched
-    raises ``NotImplementedError`` at once, without running the check."""
+    raises ``NotImplementedError`` at once, without running the check.
+
+    With the reference module at hand, the names in ``exercise.uses`` are bound to the
+    reference's in ``student_globals`` (a mistake counts once); with recorded expected
+    values or in another process, the student's own earlier work is used."""
     if isinstance(student, ModuleType):
         student = StudentNamespace(vars(student), getattr(student, "__file__", student.__name__))
     stub = untouched(exercise, student, ref)
     if stub is not None:
         raise NotImplementedError(stub)
-    replacements = {name: getattr(ref, name) for name in exercise.uses}
+    uses = exercise.uses if isinstance(ref, ModuleType) else ()
+    replacements = {name: getattr(ref, name) for name in uses}
     ctx = Context(student, ref, exercise, check)
     with isolated(student_globals, replacements), jax.default_matmul_precision("highest"):
         check.func(ctx)
@@ -227,7 +263,10 @@ _HINTS = (
 
 
 def _student_frame(err: BaseException, student_files: set[str]) -> traceback.FrameSummary | None:
-    frames = traceback.extract_tb(err.__traceback__)
+    if isinstance(err, StudentError):
+        frames = err.frames
+    else:
+        frames = traceback.extract_tb(err.__traceback__)
     for frame in reversed(frames):
         name = os.path.abspath(frame.filename)
         if name in student_files or frame.filename.startswith("<ipython-input"):
@@ -243,10 +282,11 @@ def describe_error(err: BaseException, student_files: set[str]) -> str:
     """An exception from the student's code, in words, with file and line."""
     frame = _student_frame(err, student_files)
     where = f" ({frame.filename}, line {frame.lineno}: `{frame.line}`)" if frame else ""
+    kind = err.kind if isinstance(err, StudentError) else type(err).__name__
     text = str(err).strip().splitlines()
-    first = text[0] if text else ""
-    message = f"your code raised {type(err).__name__}: {first}{where}"
-    full = f"{type(err).__name__} {err}"
+    first = text[0][:300] if text else ""
+    message = f"your code raised {kind}: {first}{where}"
+    full = f"{kind} {err}"
     for needles, hint in _HINTS:
         if any(needle in full for needle in needles):
             return f"{message}\nHint: {hint}."

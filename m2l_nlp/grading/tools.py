@@ -6,6 +6,8 @@ names the quantity, what was expected and what was found (index and values inclu
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import zlib
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -21,6 +23,67 @@ ATOL = 1e-5
 RTOL = 1e-4
 
 Build = Callable[[Any], Callable[..., Any]]
+BUILD_MODULES = "m2l_nlp.grading."  # where a build named in a message may come from
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildSpec:
+    """A build function by name: ``factory(*args)`` in ``module`` returns ``build(ns)``.
+
+    Named rather than a closure, so that the process running a student's code can rebuild
+    it from plain data (see :mod:`m2l_nlp.grading.remote`). Call it like the build itself.
+    """
+
+    module: str
+    name: str
+    args: tuple = ()
+
+    def __call__(self, namespace: Any) -> Callable[..., Any]:
+        if not self.module.startswith(BUILD_MODULES):
+            raise ValueError(f"builds come from {BUILD_MODULES}*, not {self.module}")
+        factory = getattr(importlib.import_module(self.module), self.name)
+        return getattr(factory, "factory", factory)(*self.args)(namespace)
+
+    def plain(self) -> dict[str, Any]:
+        return {"module": self.module, "name": self.name, "args": list(self.args)}
+
+
+def builder(factory: Callable[..., Build]) -> Callable[..., BuildSpec]:
+    """Decorator for a module-level ``factory(*args) -> build``: calling it gives a
+    :class:`BuildSpec` (args must be plain: numbers, strings, booleans, tuples)."""
+
+    def spec(*args: Any) -> BuildSpec:
+        return BuildSpec(factory.__module__, factory.__name__, tuple(args))
+
+    spec.factory = factory  # type: ignore[attr-defined]
+    spec.__name__ = factory.__name__
+    spec.__doc__ = factory.__doc__
+    return spec
+
+
+class Elsewhere:
+    """Base of a namespace whose code runs elsewhere (another process) or was recorded:
+    :func:`run_haiku` hands it the whole call (``run_haiku(build, params, args, key, jit)``)."""
+
+    def run_haiku(
+        self, build: BuildSpec, params: Any, args: tuple, key: Any = None, jit: bool = False
+    ) -> Any:
+        raise NotImplementedError
+
+
+class ElsewhereFunction:
+    """Base of a function that runs elsewhere: ``jitted()`` gives its jitted version."""
+
+    def jitted(self, static_argnums: tuple[int, ...] = ()) -> Callable[..., Any]:
+        raise NotImplementedError
+
+
+def jitted(func: Callable[..., Any], *static_argnums: int) -> Callable[..., Any]:
+    """``jax.jit(func, static_argnums=...)``, also for a student's function that runs in
+    another process."""
+    if isinstance(func, ElsewhereFunction):
+        return func.jitted(static_argnums)
+    return jax.jit(func, static_argnums=static_argnums)
 
 
 def fail(message: str) -> None:
@@ -160,6 +223,8 @@ def run_haiku(
     It is transformed by the course's :func:`~m2l_nlp.transform.funcs_from_stateful`, as in
     the practicals (its ``model``: ``init(key, *args)``, ``apply(params, key, *args)``).
     """
+    if isinstance(namespace, Elsewhere):  # another process, or recorded results
+        return namespace.run_haiku(build, params, args, key=key, jit=jit)
     transformed = funcs_from_stateful(build(namespace), jit=False).model
     if params is None:
         init = jax.jit(transformed.init) if jit else transformed.init

@@ -12,14 +12,7 @@ import numpy as np
 
 from m2l_nlp.grading.practical1.common import PRACTICAL, _random_batch
 from m2l_nlp.grading.registry import exercise
-from m2l_nlp.grading.tools import expect_array, expect_close, fail
-
-
-def _jit(func, *static: int):
-    import jax
-
-    return jax.jit(func, static_argnums=static)
-
+from m2l_nlp.grading.tools import expect_array, expect_close, fail, jitted
 
 # Two reviews worked out by hand (V = 6). Row 0: token 3 twice, padding id 0 at the end.
 # Row 1: token 5 twice; the padding holds junk ids 2 (also a real token of the row) and 1
@@ -125,7 +118,7 @@ def check_mh_matches_reference(ctx):
     for batch, length, vocab in ((4, 9, 7), (3, 20, 50)):
         ids, mask = _random_batch(rng, batch, length, vocab)
         want = ctx.ref.multi_hot(ids, mask, vocab)
-        got = _jit(ctx.student.multi_hot, 2)(ids, mask, vocab)
+        got = jitted(ctx.student.multi_hot, 2)(ids, mask, vocab)
         expect_close(got, want, f"multi_hot on a random ({batch}, {length}) batch, V={vocab}")
 
 
@@ -209,12 +202,12 @@ def check_bigrams_match_reference(ctx):
         label = f"on a random ({batch}, {length}) batch, V={vocab}, {buckets} buckets"
         want = ctx.ref.bigram_ids(ids, mask, vocab, buckets)
         got = _expect_tuple(
-            _jit(ctx.student.bigram_ids, 2, 3)(ids, mask, vocab, buckets), 2, "bigram_ids"
+            jitted(ctx.student.bigram_ids, 2, 3)(ids, mask, vocab, buckets), 2, "bigram_ids"
         )
         expect_close(got[1], want[1], f"the pair mask of bigram_ids {label}")
         expect_close(got[0], want[0], f"the buckets of bigram_ids {label}")
         want = ctx.ref.bag_of_bigrams(ids, mask, vocab, buckets)
-        got = _jit(ctx.student.bag_of_bigrams, 2, 3)(ids, mask, vocab, buckets)
+        got = jitted(ctx.student.bag_of_bigrams, 2, 3)(ids, mask, vocab, buckets)
         expect_close(got, want, f"bag_of_bigrams {label}")
 
 
@@ -294,9 +287,9 @@ def check_tfidf_matches_reference(ctx):
     features = (rng.random((6, 9)) < 0.3).astype(np.float32) * rng.integers(1, 4, (6, 9))
     features[2] = 0
     idf = ctx.ref.fit_idf(features)
-    expect_close(_jit(ctx.student.fit_idf)(features), idf, "fit_idf on random features")
+    expect_close(jitted(ctx.student.fit_idf)(features), idf, "fit_idf on random features")
     expect_close(
-        _jit(ctx.student.tfidf)(features, idf),
+        jitted(ctx.student.tfidf)(features, idf),
         ctx.ref.tfidf(features, idf),
         "tfidf on random features",
     )

@@ -11,6 +11,7 @@ import numpy as np
 from m2l_nlp.grading.practical1.common import PRACTICAL, _random_batch
 from m2l_nlp.grading.registry import exercise
 from m2l_nlp.grading.tools import (
+    builder,
     expect_array,
     expect_close,
     expect_dropout_only_in_training,
@@ -32,6 +33,7 @@ mlp = exercise(
 F_IN = 10
 
 
+@builder
 def _mlp(hidden, p: float, is_train: bool):
     def build(ns):
         return lambda x: ns.MLPClassifier(hidden, p, name="mlp")(x, is_train)
@@ -94,6 +96,7 @@ lstm = exercise(
 L_VOCAB, L_E, L_H = 17, 6, 5
 
 
+@builder
 def _lstm(p: float, is_train: bool):
     def build(ns):
         return lambda ids, mask: ns.LSTMClassifier(L_VOCAB, L_E, L_H, p, name="lstm_classifier")(

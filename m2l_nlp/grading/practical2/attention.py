@@ -20,10 +20,12 @@ from m2l_nlp.grading.practical2.common import (
 )
 from m2l_nlp.grading.registry import exercise
 from m2l_nlp.grading.tools import (
+    builder,
     expect_array,
     expect_close,
     expect_rows_sum_to_one,
     fail,
+    jitted,
     normal,
     perturb,
     run_haiku,
@@ -64,7 +66,6 @@ def check_shapes(ctx):
 @sdp.check
 def check_matches_reference(ctx):
     """Values and weights match the reference, with and without a mask (under jax.jit)."""
-    import jax
 
     rng = ctx.rng()
     q, k, v = normal(rng, 2, 3, 4, 8), normal(rng, 2, 3, 6, 8), normal(rng, 2, 3, 6, 5)
@@ -73,7 +74,7 @@ def check_matches_reference(ctx):
     for m in (None, mask):
         want = ctx.ref.scaled_dot_product(q, k, v, m)
         got = _expect_tuple(
-            jax.jit(ctx.student.scaled_dot_product)(q, k, v, m), 2, "scaled_dot_product"
+            jitted(ctx.student.scaled_dot_product)(q, k, v, m), 2, "scaled_dot_product"
         )
         label = "without a mask" if m is None else "with a mask"
         hint = _weights_hint(q, k, got[1]) if m is None else _MASKED_WEIGHTS_HINT
@@ -169,8 +170,12 @@ emb = exercise(
 )
 
 
-def _emb_build(ns):
-    return lambda ids, mask: ns.MaskedEmbedding(VOCAB, E, name="emb")(ids, mask)
+@builder
+def _emb():
+    return lambda ns: lambda ids, mask: ns.MaskedEmbedding(VOCAB, E, name="emb")(ids, mask)
+
+
+_emb_build = _emb()
 
 
 @emb.check
@@ -229,8 +234,14 @@ mha = exercise(
 )
 
 
-def _mha_build(ns):
-    return lambda q, k, v, mask=None: ns.MultiheadAttention(D, H, name="mha")(q, k, v, mask)
+@builder
+def _mha():
+    return lambda ns: (
+        lambda q, k, v, mask=None: ns.MultiheadAttention(D, H, name="mha")(q, k, v, mask)
+    )
+
+
+_mha_build = _mha()
 
 
 def _mha_inputs(rng, s_q=4, s_k=6):

@@ -18,6 +18,7 @@ from m2l_nlp.grading.practical2.common import (
 )
 from m2l_nlp.grading.registry import exercise
 from m2l_nlp.grading.tools import (
+    builder,
     expect_array,
     expect_close,
     expect_dropout_only_in_training,
@@ -39,6 +40,7 @@ ffn = exercise(
 )
 
 
+@builder
 def _ffn(p: float, is_train: bool):
     def build(ns):
         return lambda x: ns.PositionwiseFeedForward(D, FF, p, name="ffn")(x, is_train)
@@ -108,6 +110,7 @@ block = exercise(
 )
 
 
+@builder
 def _block(p: float, is_train: bool, return_attention: bool = False):
     def build(ns):
         def forward(x, mask):
@@ -216,6 +219,7 @@ encoder = exercise(
 LAYERS = 3
 
 
+@builder
 def _encoder(p: float, is_train: bool, maps: bool = False):
     def build(ns):
         def forward(x, mask):
@@ -249,7 +253,7 @@ def check_attention_maps(ctx):
     """`get_attention_maps` returns one `(B, h, S, S)` map per block, as the reference."""
     rng = ctx.rng()
     x, pad = normal(rng, B, S, D), _mask(rng, B, S)
-    build = _encoder(0.1, False, maps=True)
+    build = _encoder(0.1, False, True)
     params = perturb(run_haiku(_encoder(0.1, False), ctx.ref, None, x, pad), rng)
     want = run_haiku(build, ctx.ref, params, x, pad)
     got = run_haiku(build, ctx.student, params, x, pad)

@@ -18,6 +18,7 @@ from m2l_nlp.grading.practical2.common import (
 )
 from m2l_nlp.grading.registry import exercise
 from m2l_nlp.grading.tools import (
+    builder,
     expect_array,
     expect_close,
     expect_dropout_only_in_training,
@@ -110,7 +111,10 @@ def _clf_config(pooling: str, p: float = 0.1) -> ClassifierConfig:
     )
 
 
-def _clf(config: ClassifierConfig, is_train: bool):
+@builder
+def _clf(pooling: str, p: float, is_train: bool):
+    config = _clf_config(pooling, p)
+
     def build(ns):
         return lambda ids, mask: ns.TransformerClassifier(config, name="classifier")(
             ids, mask, is_train
@@ -125,7 +129,7 @@ def check_classifier_matches_reference(ctx):
     rng = ctx.rng()
     ids, mask = _ids_mask(rng)
     for pooling in POOLINGS:
-        build = _clf(_clf_config(pooling), False)
+        build = _clf(pooling, 0.1, False)
         params = perturb(run_haiku(build, ctx.ref, None, ids, mask), rng)
         want = run_haiku(build, ctx.ref, params, ids, mask)
         got = run_haiku(build, ctx.student, params, ids, mask, jit=pooling == "mean")
@@ -148,7 +152,7 @@ def check_classifier_padding_invariance(ctx):
     long_mask = np.concatenate([mask, np.zeros((B, 4), np.int32)], 1)
     long_ids[:, :S] = np.where(mask == 0, rng.integers(1, VOCAB, size=(B, S)), ids)
     for pooling in ("mean", "mean_max"):
-        build = _clf(_clf_config(pooling), False)
+        build = _clf(pooling, 0.1, False)
         params = perturb(run_haiku(build, ctx.ref, None, ids, mask), rng)
         short = expect_array(run_haiku(build, ctx.student, params, ids, mask), "the logits")
         longer = run_haiku(build, ctx.student, params, long_ids, long_mask)
@@ -168,7 +172,7 @@ def check_classifier_dropout(ctx):
     ids, mask = _ids_mask(ctx.rng())
     expect_dropout_only_in_training(
         ctx,
-        lambda p, t: _clf(_clf_config("mean", p), t),
+        lambda p, t: _clf("mean", p, t),
         ids,
         mask,
         what="TransformerClassifier",

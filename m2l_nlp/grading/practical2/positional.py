@@ -14,6 +14,7 @@ from m2l_nlp.grading.practical2.common import (
 )
 from m2l_nlp.grading.registry import exercise
 from m2l_nlp.grading.tools import (
+    builder,
     expect_array,
     expect_close,
     expect_dropout_only_in_training,
@@ -112,6 +113,7 @@ def check_table_closed_form(ctx):
         )
 
 
+@builder
 def _pe(p: float, is_train: bool, max_len: int = 20):
     def build(ns):
         return lambda x: ns.PositionalEncoding(D, max_len, p, name="pe")(x, is_train)
