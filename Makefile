@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv test test-slow lint train demo exercises solutions compat compat-floors compat-colab clean
+.PHONY: venv test test-slow lint train demo exercises solutions compat compat-floors compat-colab autograder handout clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -77,6 +77,16 @@ solutions: $(STAMP)
 	  echo "make solutions: generated files changed (listed above): review and commit them, then run make solutions again"; \
 	  exit 1; fi; \
 	echo "make solutions: exercises and notebooks up to date, every graded check passes"
+
+# Instructor: grading for credit. `make autograder` writes the Gradescope bundle (setup.sh,
+# run_autograder, the library and solutions/); `make handout` writes the student copy
+# without solutions/, whose `pytest` grades from the reference's recorded answers.
+AUTOGRADER ?= dist/autograder.zip
+HANDOUT ?= dist/handout
+autograder: $(STAMP)
+	$(BIN)/python -m m2l_nlp.grading.bundle autograder $(AUTOGRADER)
+handout: $(STAMP)
+	$(BIN)/python -m m2l_nlp.grading.bundle handout $(HANDOUT)
 
 clean:
 	rm -rf $(VENV) .compat .pytest_cache .ruff_cache

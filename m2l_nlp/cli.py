@@ -23,7 +23,7 @@ from m2l_nlp.config import (
     TRANSFORMER,
     override,
 )
-from m2l_nlp.impl import IMPLS
+from m2l_nlp.impl import IMPLS, default_impl
 
 DEFAULT_PRESET = "default"
 DEFAULT_CHECKPOINT = Path("runs") / DEFAULT_PRESET / "checkpoint"
@@ -83,9 +83,9 @@ def _parser() -> argparse.ArgumentParser:
     train.add_argument(
         "--impl",
         choices=IMPLS,
-        default="solutions",
-        help="whose model code to train: solutions (the reference, default) or exercises "
-        "(your own modules)",
+        default=default_impl(),
+        help="whose model code to train: solutions (the reference; the default where there "
+        "is a solutions/ folder) or exercises (your own modules; the default in a handout)",
     )
     train.add_argument(
         "--val-size",
@@ -159,8 +159,9 @@ def _parser() -> argparse.ArgumentParser:
     predict.add_argument(
         "--impl",
         choices=IMPLS,
-        default="solutions",
-        help="whose model code reads the checkpoint (default: solutions)",
+        default=default_impl(),
+        help="whose model code reads the checkpoint (default: solutions, or exercises in a "
+        "handout)",
     )
 
     sub.add_parser(

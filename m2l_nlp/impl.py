@@ -25,9 +25,14 @@ def repo_root() -> Path:
     if env:
         return Path(env).resolve()
     here = Path(__file__).resolve().parent.parent
-    if (here / "solutions").is_dir():
+    if (here / "solutions").is_dir() or (here / "exercises").is_dir():  # or a handout
         return here
     return Path.cwd().resolve()
+
+
+def default_impl() -> str:
+    """``solutions`` where the reference is at hand, else ``exercises`` (a student handout)."""
+    return "solutions" if (repo_root() / "solutions").is_dir() else "exercises"
 
 
 def check_impl(impl: str) -> str:

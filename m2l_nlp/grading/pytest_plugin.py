@@ -27,6 +27,7 @@ from m2l_nlp.grading.runner import (
     CheckResult,
     ExerciseResult,
     PracticalError,
+    blame_earlier,
     import_error_message,
     outcome,
     reference,
@@ -81,11 +82,16 @@ class Grader:
         self.results.setdefault(exercise, []).append(result)
 
     def exercise_results(self) -> list[ExerciseResult]:
-        return [
+        results = [
             ExerciseResult(ex, self.results[name])
             for name, ex in self.exercises.items()
             if name in self.results
         ]
+        blame_earlier([r for r in results if not isinstance(self.reference_of(r), ModuleType)])
+        return results
+
+    def reference_of(self, result: ExerciseResult) -> object:
+        return reference(result.exercise.practical)
 
     def import_errors(self) -> list[str]:
         return [str(m) for m in self.modules.values() if isinstance(m, PracticalError)]

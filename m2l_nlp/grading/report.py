@@ -44,6 +44,7 @@ def score_table(results: list[ExerciseResult], exercises: int | None = None) -> 
                 f"{r.exercise.name}, still to write: {m.removeprefix('not started: ')}"
                 for m in left
             ]
+    lines += [f"{r.exercise.name}: {r.note}" for r in results if r.note]
     todo = [r.exercise.name for r in results if r.status != "passed"]
     left_out = (exercises or len(results)) - len(results)
     if not todo and left_out:

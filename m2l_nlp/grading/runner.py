@@ -323,6 +323,7 @@ class ExerciseResult:
 
     exercise: Exercise
     checks: list[CheckResult]
+    note: str = ""  # e.g. an earlier exercise it depends on that fails too
 
     @property
     def status(self) -> str:
@@ -333,7 +334,8 @@ class ExerciseResult:
         return self.exercise.points if self.status == "passed" else 0.0
 
     def messages(self) -> list[str]:
-        return [f"[{c.check}] {c.message}" for c in self.checks if c.status != "passed"]
+        notes = [self.note] if self.note else []
+        return notes + [f"[{c.check}] {c.message}" for c in self.checks if c.status != "passed"]
 
     def __str__(self) -> str:
         passed = sum(c.status == "passed" for c in self.checks)
@@ -348,6 +350,23 @@ class ExerciseResult:
             f"<{self.exercise.name}: {self.status}, {self.points:g}/{self.exercise.points:g} "
             "points>"
         )
+
+
+def blame_earlier(results: list[ExerciseResult]) -> None:
+    """Where a failed exercise ran the student's own earlier work (no reference stood in for
+    it), set its note to name the earlier exercise that fails too: fix that one first."""
+    failing: dict[str, str] = {}  # target name -> the failed exercise that defines it
+    for r in results:
+        culprits = {n: failing[n] for n in r.exercise.uses if n in failing}
+        if r.status == "failed" and culprits:
+            names = ", ".join(culprits)
+            where = ", ".join(dict.fromkeys(culprits.values()))
+            r.note = (
+                f"note: this exercise calls your {names}, and {where} fails: fix that first, "
+                "then this one may pass as it is"
+            )
+        if r.status != "passed":
+            failing.update(dict.fromkeys(r.exercise.targets, r.exercise.name))
 
 
 def aggregate(statuses: list[str]) -> str:

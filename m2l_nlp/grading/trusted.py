@@ -41,6 +41,7 @@ from m2l_nlp.grading.report import results_json, score_table
 from m2l_nlp.grading.runner import (
     CheckResult,
     ExerciseResult,
+    blame_earlier,
     outcome,
     run_check,
     stub_lines_from,
@@ -246,6 +247,7 @@ def grade(
         if user is not None:
             kill_user_processes(user[0])
         shutil.rmtree(scratch, ignore_errors=True)
+    blame_earlier(results)
     failed_imports = (c.message for r in results for c in r.checks if c.status == "error")
     errors = list(dict.fromkeys(failed_imports))
     data = results_json(results, errors)
