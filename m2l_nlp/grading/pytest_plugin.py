@@ -136,11 +136,24 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(f"{IMPL_ENV}={impl!r} is not one of {', '.join(IMPLS)}")
     grader = Grader(impl)
     config.stash[GRADER] = grader
+    _keep_graded_testpaths(config)
     config.addinivalue_line("markers", "graded: a graded check of an exercise")
     for ex in grader.exercises.values():
         config.addinivalue_line(
             "markers", f"{ex.name}: {ex.title} ({ex.practical}, {ex.points:g} points)"
         )
+
+
+def _keep_graded_testpaths(config: pytest.Config) -> None:
+    """Plain ``pytest`` at the repository root grades ``tests/graded``, even when pytest took
+    its settings from elsewhere (the folder of ``--results-json PATH`` when that file exists
+    and another project's settings sit beside it)."""
+    root = repo_root()
+    ours = config.inipath is not None and config.inipath.resolve() == root / "pyproject.toml"
+    invoked = Path(config.invocation_params.dir).resolve()
+    default_args = [str(Path(a).resolve()) for a in config.args] == [str(invoked)]
+    if not ours and invoked == root and default_args and (root / "tests" / "graded").is_dir():
+        config.args = [str(root / "tests" / "graded")]
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -1,6 +1,6 @@
 """Grading for credit: the student's code runs in its own process; every verdict is made here.
 
-    python -m m2l_nlp.grading.trusted SUBMISSION_FOLDER RESULTS_JSON
+    python -m m2l_nlp.grading.trusted SUBMISSION_FOLDER RESULTS_JSON [MORE PAIRS]
 
 1. The reference (``solutions/``) runs in a process of its own and passes every check; its
    answers are recorded (:mod:`~m2l_nlp.grading.expected`) and its time per exercise sets
@@ -28,6 +28,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from m2l_nlp.fileio import write_json_atomic
 from m2l_nlp.grading.expected import Recorder, Replay
 from m2l_nlp.grading.registry import CheckFailure, Exercise, load_exercises
 from m2l_nlp.grading.remote import (
@@ -211,53 +212,61 @@ def kill_user_processes(uid: int) -> None:
 
 
 def grade(
-    submission: Path,
-    results_path: Path,
+    jobs: Sequence[tuple[Path, Path]],
     root: Path | None = None,
     log: Callable[[str], None] = print,
-) -> dict[str, Any]:
-    """Grade ``submission`` and write ``results_path`` (Gradescope's results.json)."""
+) -> list[dict[str, Any]]:
+    """Grade each ``(submission folder, results.json path)`` of ``jobs`` (the reference is
+    checked once for all) and write each results file; returns their contents."""
     root = root or repo_root()
     exercises = load_exercises()
     practicals = _practicals(exercises)
-    sources = find_practicals(submission, practicals)
     user = unprivileged_user()
     scratch = Path(tempfile.mkdtemp(prefix="m2l-grading-"))
     os.chmod(scratch, 0o755)
-    results: list[ExerciseResult] = []
+    references: dict[str, tuple[Replay, dict[str, float], Worker]] = {}
+    written = []
     try:
-        folder = scratch / "submission"
-        folder.mkdir(mode=0o755)
-        for practical, text in sources.items():
-            if text is not None:
-                (folder / f"{practical}.py").write_text(text, encoding="utf-8")
-                os.chmod(folder / f"{practical}.py", 0o644)
         for practical in practicals:
             start = time.monotonic()
-            reference, limits, ref_worker = reference_pass(practical, root, scratch)
+            references[practical] = reference_pass(practical, root, scratch)
+            log(
+                f"{practical}: the reference passed every check in {time.monotonic() - start:.1f} s"
+            )
+        for number, (submission, results_path) in enumerate(jobs):
+            folder = scratch / f"submission-{number}"
+            folder.mkdir(mode=0o755)
+            sources = find_practicals(submission, practicals)
+            for practical, text in sources.items():
+                if text is not None:
+                    (folder / f"{practical}.py").write_text(text, encoding="utf-8")
+                    os.chmod(folder / f"{practical}.py", 0o644)
+            results: list[ExerciseResult] = []
             try:
-                log(f"{practical}: reference checked in {time.monotonic() - start:.1f} s")
-                graded = grade_practical(
-                    practical, sources[practical], folder, user, reference, limits
-                )
+                for practical in practicals:
+                    reference, limits, _ = references[practical]
+                    results += grade_practical(
+                        practical, sources[practical], folder, user, reference, limits
+                    )
             finally:
-                ref_worker.kill()
-            results += graded
+                if user is not None:  # nothing the student started outlives the grading
+                    kill_user_processes(user[0])
+            blame_earlier(results)
+            failed_imports = (c.message for r in results for c in r.checks if c.status == "error")
+            errors = list(dict.fromkeys(failed_imports))
+            data = results_json(results, errors)
+            write_json_atomic(results_path, data)
+            written.append(data)
+            if len(jobs) > 1:
+                log(f"== {submission}")
+            for text in errors:
+                log(text)
+            log(score_table(results, len(exercises)))
     finally:
-        if user is not None:
-            kill_user_processes(user[0])
+        for _, _, worker in references.values():
+            worker.kill()
         shutil.rmtree(scratch, ignore_errors=True)
-    blame_earlier(results)
-    failed_imports = (c.message for r in results for c in r.checks if c.status == "error")
-    errors = list(dict.fromkeys(failed_imports))
-    data = results_json(results, errors)
-    from m2l_nlp.fileio import write_json_atomic
-
-    write_json_atomic(results_path, data)
-    for text in errors:
-        log(text)
-    log(score_table(results, len(exercises)))
-    return data
+    return written
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -265,20 +274,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         prog="python -m m2l_nlp.grading.trusted",
         description="Grade a submission for credit (student code in its own process).",
     )
-    parser.add_argument("submission", type=Path, help="folder with the student's files")
-    parser.add_argument("results", type=Path, help="where to write results.json")
+    parser.add_argument(
+        "pairs",
+        nargs="+",
+        metavar="SUBMISSION RESULTS",
+        help="a folder with the student's files, then where to write its results.json (more "
+        "pairs grade more submissions against one check of the reference)",
+    )
     args = parser.parse_args(argv)
-    if not args.submission.is_dir():
-        print(f"error: {args.submission} is not a folder", file=sys.stderr)
-        return 2
+    if len(args.pairs) % 2:
+        parser.error("give a results path after each submission folder")
+    jobs = [(Path(s), Path(r)) for s, r in zip(args.pairs[::2], args.pairs[1::2], strict=True)]
+    for submission, _ in jobs:
+        if not submission.is_dir():
+            print(f"error: {submission} is not a folder", file=sys.stderr)
+            return 2
     try:
-        grade(args.submission, args.results)
+        grade(jobs)
     except (GraderBroken, SubmissionError) as err:
         print(f"error: {err}", file=sys.stderr)
-        from m2l_nlp.fileio import write_json_atomic
-
         output = f"The autograder could not grade this submission: {err}"
-        write_json_atomic(args.results, {"score": 0, "output": output[:MESSAGE_CHARS]})
+        for _, results_path in jobs:
+            write_json_atomic(results_path, {"score": 0, "output": output[:MESSAGE_CHARS]})
         return 1
     return 0
 

@@ -1,0 +1,228 @@
+"""The pieces of trusted grading: the plain-data wire, the worker process, notebooks turned
+back into modules, and recorded reference answers. (End to end: test_autograder.py.)"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from m2l_nlp.grading import expected, wire
+from m2l_nlp.grading.registry import CheckFailure
+from m2l_nlp.grading.remote import RemoteNamespace, Worker, WorkerLost, WorkerStopped
+from m2l_nlp.grading.runner import StudentError, outcome
+from m2l_nlp.grading.submission import find_practicals, module_from_notebook
+from m2l_nlp.grading.tools import jitted
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# ------------------------------------------------------------------------------------- wire
+
+
+def test_wire_round_trip_keeps_types_and_bytes():
+    value = {
+        "a": np.arange(6, dtype=np.float32).reshape(2, 3),
+        "t": (1, 2.5, None, True, "x"),
+        "l": [np.int32(3), np.zeros((0, 4), np.int64)],
+        "nested": {"b": np.array([True, False])},
+    }
+    back = wire.decode(wire.encode(value))
+    assert back["t"] == (1, 2.5, None, True, "x") and isinstance(back["l"], list)
+    np.testing.assert_array_equal(back["a"], value["a"])
+    assert back["a"].dtype == np.float32 and back["l"][1].shape == (0, 4)
+    assert wire.digest(value) == wire.digest(back)
+
+
+def test_wire_never_builds_objects():
+    class Evil:
+        def __reduce__(self):  # what pickle would run
+            raise AssertionError("never called")
+
+    back = wire.decode(wire.encode({"x": Evil(), "o": np.array([object()], dtype=object)}))
+    assert back["x"] == wire.Opaque("Evil") and isinstance(back["o"], wire.Opaque)
+    for bad in (
+        {"a": ["|O", [1], "AAAAAAAAAAA="]},  # object arrays are refused
+        {"a": ["<f4", [3], "AAAAAA=="]},  # bytes that do not fill the shape
+        {"z": 1},  # unknown tag
+        {"t": [1], "l": [2]},  # two tags
+    ):
+        with pytest.raises(wire.WireError):
+            wire.decode(json.dumps(bad).encode())
+    with pytest.raises(wire.WireError):
+        wire.decode(b"\xff not json")
+
+
+# ----------------------------------------------------------------------------------- worker
+
+STUDENT = """
+import os
+import sys
+import time
+
+import jax.numpy as jnp
+
+
+def double(x):
+    return 2 * x
+
+
+def wrong_type(x):
+    return object()
+
+
+def bad_value(x):
+    raise ValueError("no such pooling")
+
+
+def to_do(x):
+    raise NotImplementedError("to_do: write me")
+
+
+def quits(x):
+    sys.exit(3)
+
+
+def dies(x):
+    os._exit(3)
+
+
+def hangs(x):
+    while True:
+        time.sleep(0.1)
+
+
+def branchy(x):
+    if x.sum() > 0:  # a Python `if` on a traced value
+        return x
+    return -x
+"""
+
+
+@pytest.fixture(scope="module")
+def student_file(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("student")
+    (folder / "practical_x.py").write_text(STUDENT)
+    return folder
+
+
+def _worker(folder: Path) -> Worker:
+    worker = Worker(folder, None)
+    worker.limit, worker.deadline = 60.0, time.monotonic() + 60
+    worker.request({"op": "load", "path": str(folder / "practical_x.py"), "name": "practical_x"})
+    return worker
+
+
+def test_worker_runs_student_code_and_returns_plain_data(student_file):
+    worker = _worker(student_file)
+    try:
+        ns = RemoteNamespace(worker)
+        np.testing.assert_array_equal(ns.double(np.arange(3)), [0, 2, 4])
+        assert isinstance(ns.wrong_type(1), wire.Opaque)
+        assert "def double" in ns.source("double")
+        with pytest.raises(ValueError, match="no such pooling") as caught:
+            ns.bad_value(1)  # a check's `except ValueError` sees it
+        assert isinstance(caught.value, StudentError)
+        assert caught.value.frames[-1].filename.endswith("practical_x.py")
+        with pytest.raises(NotImplementedError):
+            ns.to_do(1)
+        with pytest.raises(CheckFailure, match="has no `missing`"):
+            ns.missing(1)
+        with pytest.raises(StudentError) as caught:
+            jitted(ns.branchy)(np.ones(3))
+        status, message = outcome(caught.value, {str(student_file / "practical_x.py")})
+        assert status == "failed" and "jnp.where" in message and "practical_x.py, line" in message
+        with pytest.raises(StudentError) as caught:
+            ns.quits(1)  # SystemExit is caught there, reported as an error
+        assert caught.value.kind == "SystemExit"
+        with pytest.raises(WorkerLost, match="exit status 3"):
+            ns.dies(1)
+    finally:
+        worker.kill()
+
+
+def test_worker_that_hangs_is_stopped_at_its_deadline(student_file):
+    worker = _worker(student_file)
+    worker.limit, worker.deadline = 1.0, time.monotonic() + 1.0
+    start = time.monotonic()
+    with pytest.raises(WorkerStopped):
+        RemoteNamespace(worker).hangs(1)
+    assert time.monotonic() - start < 10
+    assert worker.process.poll() is not None  # killed
+
+
+# -------------------------------------------------------------------------------- notebooks
+
+
+def test_notebook_becomes_a_module_of_definitions_only(tmp_path):
+    def cell(source, **metadata):
+        return {"cell_type": "code", "metadata": metadata, "source": source, "outputs": []}
+
+    setup_first_line = (ROOT / "m2l_nlp" / "setup_cell.py").read_text().splitlines()[0]
+    notebook = {
+        "cells": [
+            cell(f"{setup_first_line}\nimport subprocess\nsubprocess.run(['pip'])"),
+            cell("from __future__ import annotations\nimport math\nRATE = 0.1\n"),
+            {"cell_type": "markdown", "metadata": {}, "source": "# title"},
+            cell(["@staticmethod\n", "def f(x):\n", "    return math.sqrt(x)\n", "f(4)\n"]),
+            cell('check("f", f)\n'),  # metadata dropped by an editor: still not kept
+            cell("train(model)\n", active="ipynb"),
+            cell("!pip install x\n%time f(2)\nclass C:\n    pass\n"),
+        ],
+        "metadata": {},
+        "nbformat": 4,
+        "nbformat_minor": 5,
+    }
+    path = tmp_path / "practical_x.ipynb"
+    path.write_text(json.dumps(notebook))
+    source = module_from_notebook(path)
+    assert source.startswith("from __future__ import annotations\n")
+    for kept in ("import math", "RATE = 0.1", "@staticmethod\ndef f(x):", "class C:"):
+        assert kept in source
+    for dropped in ("subprocess", "f(4)", "check(", "train(", "pip", "%time"):
+        assert dropped not in source
+    compile(source, "practical_x.py", "exec")
+
+
+def test_find_practicals_prefers_py_files_then_exercises_then_notebooks(tmp_path):
+    (tmp_path / "exercises").mkdir()
+    (tmp_path / "exercises" / "p1.py").write_text("A = 1\n")
+    (tmp_path / "p1.py").write_text("A = 2\n")
+    (tmp_path / "Copy of p2.ipynb").write_text(
+        json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "source": "B = 3"}]})
+    )
+    found = find_practicals(tmp_path, ["p1", "p2", "p3"])
+    assert found == {"p1": "A = 2\n", "p2": "B = 3\n\n", "p3": None}
+
+
+# ---------------------------------------------------------------------------- expected values
+
+
+def test_recorded_answers_replay_and_an_unrecorded_question_fails_in_words():
+    class Reference:
+        @staticmethod
+        def square(x):
+            return np.asarray(x) ** 2
+
+    recorder = expected.Recorder(Reference())
+    first = recorder.square(np.arange(3.0))
+    replay = expected.Replay(recorder.records)
+    np.testing.assert_array_equal(replay.square(np.arange(3.0)), first)
+    with pytest.raises(expected.NotRecorded, match="no expected value was recorded"):
+        replay.square(np.arange(4.0))
+    assert outcome(expected.NotRecorded("x"), set())[0] == "failed"
+
+
+def test_handout_records_round_trip_through_a_file(tmp_path):
+    recorder = expected.Recorder(np, stub_lines=('raise NotImplementedError("f: x")',))
+    recorder.add(np.float32(1), np.float32(2))
+    path = expected.save(recorder, "practical_x", tmp_path)
+    assert path.name == "practical_x.json.gz"
+    replay = expected.load("practical_x", tmp_path)
+    assert replay.stub_lines == ('raise NotImplementedError("f: x")',)
+    assert replay.add(np.float32(1), np.float32(2)) == 3
+    with pytest.raises(FileNotFoundError, match="make handout"):
+        expected.load("practical_y", tmp_path)
