@@ -22,7 +22,7 @@ from typing import Any
 from m2l_nlp.fileio import atomic_file
 from m2l_nlp.grading import wire
 from m2l_nlp.grading.registry import CheckFailure
-from m2l_nlp.grading.tools import BuildSpec, Elsewhere, run_haiku
+from m2l_nlp.grading.tools import BuildSpec, Elsewhere, ElsewhereFunction, jitted, run_haiku
 
 FORMAT = 1
 EXPECTED_DIR = Path(__file__).with_name("expected")  # the handout's records live here
@@ -56,13 +56,7 @@ class Recorder(Elsewhere):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        func = getattr(self.inner, name)
-
-        def ask(*args: Any, **kwargs: Any) -> Any:
-            question = _question("call", name, [list(args), kwargs])
-            return self._keep(question, func(*args, **kwargs))
-
-        return ask
+        return _Question(self, name, getattr(self.inner, name))
 
     def run_haiku(
         self, build: BuildSpec, params: Any, args: tuple, key: Any = None, jit: bool = False
@@ -98,14 +92,8 @@ class Replay(Elsewhere):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-
-        def ask(*args: Any, **kwargs: Any) -> Any:
-            question = _question("call", name, [list(args), kwargs])
-            return self._answer(
-                question, name, lambda: getattr(self.fallback, name)(*args, **kwargs)
-            )
-
-        return ask
+        func = None if self.fallback is None else getattr(self.fallback, name)
+        return _Question(self, name, func)
 
     def run_haiku(
         self, build: BuildSpec, params: Any, args: tuple, key: Any = None, jit: bool = False
@@ -116,6 +104,25 @@ class Replay(Elsewhere):
             build.name,
             lambda: run_haiku(build, self.fallback, params, *args, key=key, jit=jit),
         )
+
+
+class _Question(ElsewhereFunction):
+    """``ref.name(*args)`` asked of a :class:`Recorder` (which computes and keeps the answer)
+    or a :class:`Replay` (which looks it up); jitted or not, the question is the same."""
+
+    def __init__(self, owner: Recorder | Replay, name: str, func: Any):
+        self.owner, self.name, self.func = owner, name, func
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        question = _question("call", self.name, [list(args), kwargs])
+        if isinstance(self.owner, Recorder):
+            return self.owner._keep(question, self.func(*args, **kwargs))
+        return self.owner._answer(question, self.name, lambda: self.func(*args, **kwargs))
+
+    def jitted(self, static_argnums: tuple[int, ...] = ()) -> _Question:
+        if self.func is None:  # answers are looked up: nothing to compile
+            return self
+        return _Question(self.owner, self.name, jitted(self.func, *static_argnums))
 
 
 def path_for(practical: str, folder: Path = EXPECTED_DIR) -> Path:

@@ -203,8 +203,8 @@ def normal(rng: np.random.Generator, *shape: int) -> np.ndarray:
 def perturb(params: hk.Params, rng: np.random.Generator, scale: float = 0.3) -> hk.Params:
     """Add noise to every parameter, so that layer norms, biases and swapped sub-modules
     all matter (at initialisation a LayerNorm is the identity map and biases are 0)."""
-    return jax.tree_util.tree_map(
-        lambda p: p + scale * rng.standard_normal(p.shape).astype(p.dtype), params
+    return jax.tree_util.tree_map(  # in NumPy: no JAX operation to compile per shape
+        lambda p: np.asarray(p) + scale * rng.standard_normal(p.shape).astype(p.dtype), params
     )
 
 
@@ -214,7 +214,7 @@ def run_haiku(
     params: hk.Params | None,
     *args: Any,
     key: jax.Array | None = None,
-    jit: bool = False,
+    jit: bool = True,
 ) -> Any:
     """Transform ``build(namespace)``: ``init`` if ``params`` is None, else ``apply``.
 

@@ -62,7 +62,7 @@ def check_mh_shape_dtype(ctx):
     """`(N, V)` float32 of 0s and 1s."""
     ids, mask = _random_batch(ctx.rng(), 3, 8, 12)
     out = expect_array(
-        ctx.student.multi_hot(ids, mask, 12),
+        jitted(ctx.student.multi_hot, 2)(ids, mask, 12),
         "multi_hot(ids, mask, 12)",
         shape=(3, 12),
         dtype=np.float32,
@@ -80,7 +80,9 @@ def check_mh_shape_dtype(ctx):
 def check_mh_hand_example(ctx):
     """The worked example: repeats count once, padding (whatever its id) is ignored."""
     out = expect_array(
-        ctx.student.multi_hot(HAND_IDS, HAND_MASK, HAND_V), "multi_hot", shape=(2, HAND_V)
+        jitted(ctx.student.multi_hot, 2)(HAND_IDS, HAND_MASK, HAND_V),
+        "multi_hot",
+        shape=(2, HAND_V),
     )
     for row in range(2):
         for token in range(HAND_V):
@@ -117,7 +119,7 @@ def check_mh_matches_reference(ctx):
     rng = ctx.rng()
     for batch, length, vocab in ((4, 9, 7), (3, 20, 50)):
         ids, mask = _random_batch(rng, batch, length, vocab)
-        want = ctx.ref.multi_hot(ids, mask, vocab)
+        want = jitted(ctx.ref.multi_hot, 2)(ids, mask, vocab)
         got = jitted(ctx.student.multi_hot, 2)(ids, mask, vocab)
         expect_close(got, want, f"multi_hot on a random ({batch}, {length}) batch, V={vocab}")
 
@@ -139,7 +141,9 @@ bob = exercise(
 def check_bigram_ids_hand_example(ctx):
     """The worked example: bucket (a * V + b) % num_buckets, pairs touching padding masked."""
     out = _expect_tuple(
-        ctx.student.bigram_ids(HAND_IDS, HAND_MASK, HAND_V, HAND_BUCKETS), 2, "bigram_ids"
+        jitted(ctx.student.bigram_ids, 2, 3)(HAND_IDS, HAND_MASK, HAND_V, HAND_BUCKETS),
+        2,
+        "bigram_ids",
     )
     buckets = expect_array(out[0], "the buckets", shape=(2, 4), axes="(N, S - 1)")
     pair_mask = expect_array(out[1], "the pair mask", shape=(2, 4), axes="(N, S - 1)")
@@ -168,7 +172,7 @@ def check_bigram_ids_hand_example(ctx):
 def check_bag_hand_example(ctx):
     """The worked example: `[multi-hot tokens | multi-hot buckets]`, masked pairs not counted."""
     out = expect_array(
-        ctx.student.bag_of_bigrams(HAND_IDS, HAND_MASK, HAND_V, HAND_BUCKETS),
+        jitted(ctx.student.bag_of_bigrams, 2, 3)(HAND_IDS, HAND_MASK, HAND_V, HAND_BUCKETS),
         "bag_of_bigrams",
         shape=(2, HAND_V + HAND_BUCKETS),
         dtype=np.float32,
@@ -200,13 +204,13 @@ def check_bigrams_match_reference(ctx):
     for batch, length, vocab, buckets in ((4, 9, 7, 13), (3, 20, 300, 64)):
         ids, mask = _random_batch(rng, batch, length, vocab)
         label = f"on a random ({batch}, {length}) batch, V={vocab}, {buckets} buckets"
-        want = ctx.ref.bigram_ids(ids, mask, vocab, buckets)
+        want = jitted(ctx.ref.bigram_ids, 2, 3)(ids, mask, vocab, buckets)
         got = _expect_tuple(
             jitted(ctx.student.bigram_ids, 2, 3)(ids, mask, vocab, buckets), 2, "bigram_ids"
         )
         expect_close(got[1], want[1], f"the pair mask of bigram_ids {label}")
         expect_close(got[0], want[0], f"the buckets of bigram_ids {label}")
-        want = ctx.ref.bag_of_bigrams(ids, mask, vocab, buckets)
+        want = jitted(ctx.ref.bag_of_bigrams, 2, 3)(ids, mask, vocab, buckets)
         got = jitted(ctx.student.bag_of_bigrams, 2, 3)(ids, mask, vocab, buckets)
         expect_close(got, want, f"bag_of_bigrams {label}")
 
@@ -286,10 +290,10 @@ def check_tfidf_matches_reference(ctx):
     rng = ctx.rng()
     features = (rng.random((6, 9)) < 0.3).astype(np.float32) * rng.integers(1, 4, (6, 9))
     features[2] = 0
-    idf = ctx.ref.fit_idf(features)
+    idf = jitted(ctx.ref.fit_idf)(features)
     expect_close(jitted(ctx.student.fit_idf)(features), idf, "fit_idf on random features")
     expect_close(
         jitted(ctx.student.tfidf)(features, idf),
-        ctx.ref.tfidf(features, idf),
+        jitted(ctx.ref.tfidf)(features, idf),
         "tfidf on random features",
     )

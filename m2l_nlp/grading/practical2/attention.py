@@ -56,7 +56,9 @@ def check_shapes(ctx):
     rng = ctx.rng()
     for lead in ((), (2, 3)):
         q, k, v = normal(rng, *lead, 4, 8), normal(rng, *lead, 6, 8), normal(rng, *lead, 6, 5)
-        out = _expect_tuple(ctx.student.scaled_dot_product(q, k, v), 2, "scaled_dot_product")
+        out = _expect_tuple(
+            jitted(ctx.student.scaled_dot_product)(q, k, v), 2, "scaled_dot_product"
+        )
         axes = "(..., S_q, d_v)" if lead else "(S_q, d_v)"
         expect_array(out[0], "the values", shape=(*lead, 4, 5), dtype=np.float32, axes=axes)
         axes = "(..., S_q, S_k)" if lead else "(S_q, S_k)"
@@ -72,7 +74,7 @@ def check_matches_reference(ctx):
     mask = rng.integers(0, 2, size=(2, 3, 4, 6)).astype(np.int32)
     mask[..., 0] = 1  # every query sees at least one key
     for m in (None, mask):
-        want = ctx.ref.scaled_dot_product(q, k, v, m)
+        want = jitted(ctx.ref.scaled_dot_product)(q, k, v, m)
         got = _expect_tuple(
             jitted(ctx.student.scaled_dot_product)(q, k, v, m), 2, "scaled_dot_product"
         )
@@ -116,7 +118,9 @@ def check_rows_sum_to_one(ctx):
     """Each row of weights is >= 0 and sums to 1 over the keys."""
     rng = ctx.rng()
     q, k, v = normal(rng, 3, 4, 8), normal(rng, 3, 7, 8), normal(rng, 3, 7, 5)
-    weights = _expect_tuple(ctx.student.scaled_dot_product(q, k, v), 2, "scaled_dot_product")[1]
+    weights = _expect_tuple(
+        jitted(ctx.student.scaled_dot_product)(q, k, v), 2, "scaled_dot_product"
+    )[1]
     expect_array(weights, "the attention weights", shape=(3, 4, 7))
     expect_rows_sum_to_one(weights, "the attention weights")
 
@@ -128,7 +132,7 @@ def check_masked_keys_get_zero_weight(ctx):
     q, k, v = normal(rng, 2, 4, 8), normal(rng, 2, 6, 8), normal(rng, 2, 6, 5)
     mask = np.array([[1, 1, 0, 1, 0, 0], [0, 1, 1, 1, 1, 1]], np.int32)[:, None, :]  # (B, 1, S_k)
     for m, label in ((mask, "an int 0/1"), (mask.astype(bool), "a boolean")):
-        weights = _expect_tuple(ctx.student.scaled_dot_product(q, k, v, m), 2, "sdp")[1]
+        weights = _expect_tuple(jitted(ctx.student.scaled_dot_product)(q, k, v, m), 2, "sdp")[1]
         w = expect_array(weights, "the attention weights", shape=(2, 4, 6), finite=False)
         hidden = np.broadcast_to(m == 0, w.shape)
         if (np.abs(w[hidden]) > 1e-6).any():
@@ -146,8 +150,8 @@ def check_large_scores_stay_finite(ctx):
     """Scores in the thousands give finite weights and values (no overflow in exp)."""
     rng = ctx.rng()
     q, k, v = 30 * normal(rng, 2, 4, 8), 30 * normal(rng, 2, 6, 8), normal(rng, 2, 6, 5)
-    want = ctx.ref.scaled_dot_product(q, k, v)
-    got = _expect_tuple(ctx.student.scaled_dot_product(q, k, v), 2, "scaled_dot_product")
+    want = jitted(ctx.ref.scaled_dot_product)(q, k, v)
+    got = _expect_tuple(jitted(ctx.student.scaled_dot_product)(q, k, v), 2, "scaled_dot_product")
     hint = (
         "exp of a score above about 88 overflows float32 to inf, and inf / inf is NaN. "
         "jax.nn.softmax avoids this; if you wrote the softmax yourself, subtract each row's "
