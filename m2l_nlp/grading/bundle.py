@@ -83,14 +83,19 @@ def autograder(out: Path, root: Path | None = None) -> Path:
     return out
 
 
+def _check_replaceable(out: Path) -> None:
+    """An ``out`` that exists must be an earlier handout (nothing else is replaced)."""
+    if out.exists() and not (out / HANDOUT_MARK).is_file():
+        raise BundleError(
+            f"{out} exists and was not written by `make handout`: choose another folder "
+            "or move it away"
+        )
+
+
 def _replace_folder(tmp: Path, out: Path) -> None:
-    """Move ``tmp`` to ``out``; an ``out`` that exists must be an earlier handout."""
+    """Move ``tmp`` to ``out``, in place of an earlier handout."""
+    _check_replaceable(out)
     if out.exists():
-        if not (out / HANDOUT_MARK).is_file():
-            raise BundleError(
-                f"{out} exists and was not written by `make handout`: choose another folder "
-                "or move it away"
-            )
         old = out.with_name(f".{out.name}.old")
         shutil.rmtree(old, ignore_errors=True)
         out.rename(old)
@@ -110,6 +115,7 @@ def handout(out: Path, root: Path | None = None) -> Path:
     if not (root / "solutions").is_dir():
         raise BundleError(f"{root} has no solutions/: build the handout from the full repo")
     out = out.resolve()
+    _check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
