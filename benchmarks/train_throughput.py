@@ -90,11 +90,15 @@ def seed_style(model, params, ids, mask, labels, batch_size, steps, repeats):
     return rates
 
 
-def ours(model, params, ids, mask, labels, batch_size, repeats):
+def ours(model, params, ids, mask, labels, batch_size, repeats, steps_per_call=1):
     """examples/s of training.train (one epoch per timing, after a compiling epoch)."""
     stamps = []
     settings = TrainSettings(
-        epochs=repeats + 1, batch_size=batch_size, crop_len=ids.shape[1], learning_rate=1e-3
+        epochs=repeats + 1,
+        batch_size=batch_size,
+        crop_len=ids.shape[1],
+        learning_rate=1e-3,
+        steps_per_call=steps_per_call,
     )
     start = time.perf_counter()
     training.train(
@@ -156,6 +160,14 @@ def main() -> None:
     parser.add_argument(
         "--per-width", action="store_true", help="also time one step per length bucket"
     )
+    parser.add_argument(
+        "--steps-per-call",
+        type=int,
+        nargs="+",
+        default=[1],
+        metavar="K",
+        help="optimizer steps per jitted call of our loop (several: one row each)",
+    )
     args = parser.parse_args()
 
     data = prepare_imdb(args.data or SMALL_DATA, vocab_size=20000, seq_len=600, progress=False)
@@ -182,10 +194,10 @@ def main() -> None:
         f"examples/s  (runs: {', '.join(f'{r:.1f}' for r in seed)})"
     )
     rows = [args.batch_size] + ([args.our_batch_size] if args.our_batch_size else [])
-    for b in rows:
-        rate = ours(model, params, ids, mask, labels, b, args.repeats)
+    for b, k in ((b, k) for b in rows for k in args.steps_per_call):
+        rate = ours(model, params, ids, mask, labels, b, args.repeats, k)
         print(
-            f"our loop,        batch {b}: median {statistics.median(rate):8.1f} examples/s  "
+            f"our loop, K={k:<3d} batch {b}: median {statistics.median(rate):8.1f} examples/s  "
             f"(runs: {', '.join(f'{r:.1f}' for r in rate)})  "
             f"ratio {statistics.median(rate) / statistics.median(seed):.1f}x"
         )

@@ -105,11 +105,15 @@ class TrainSettings:
     # gradient accumulation: split a batch so that rows * width**2 <= this per device;
     # None: CPU_MICRO_BATCH_CELLS on a CPU (cache-sized pieces), no split on a GPU/TPU; 0: off
     micro_batch_cells: int | None = None
+    # optimizer steps per jitted call (a lax.scan over K batches of one width): on a GPU a
+    # step is too short to pay for its launch; 1 (one step per call) suits a CPU
+    steps_per_call: int = 1
     seed: int = 0
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        for name in ("epochs", "batch_size", "crop_len", "eval_every", "eval_batch_size"):
+        positive = ("epochs", "batch_size", "crop_len", "eval_every", "eval_batch_size")
+        for name in (*positive, "steps_per_call"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         if not 0 <= self.token_dropout < 1:

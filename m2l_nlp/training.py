@@ -130,16 +130,16 @@ def _make_epoch_step(
     token_dropout: float = 0.0,
     ema_decay: float = 0.0,
 ) -> Callable:
+    """The jitted epoch step: ``step(state, sums, key, data, plan..., js, valid, width,
+    micro)`` runs the optimizer steps of batches ``js`` (a ``(K,)`` array; ``valid`` says
+    which of them count) in one call: a ``lax.scan`` when K > 1. A step that does not count
+    (the last group of an epoch, filled up to K) leaves the state and the sums as they were,
+    its optimizer count and weight average included, so the result is that of the counted
+    steps run one by one; K is part of the shapes, so one program serves every epoch."""
     shard = devices.batch_sharded(mesh)
     out = devices.replicated(mesh)
 
-    @functools.partial(
-        jax.jit,
-        static_argnames=("width", "micro"),
-        donate_argnames=("state", "sums"),
-        out_shardings=(out, out),
-    )
-    def step(state, sums, key, data, plan_idx, plan_starts, plan_weights, j, width, micro):
+    def one(state, sums, key, data, plan_idx, plan_starts, plan_weights, j, width, micro):
         idx, starts, weights = plan_idx[j], plan_starts[j], plan_weights[j]
         ids, mask, labels = batching.gather(data, idx, starts, width)
         step_key, drop_key = jax.random.split(jax.random.fold_in(key, j))
@@ -157,7 +157,46 @@ def _make_epoch_step(
         count = weights.sum()
         return state, sums + jnp.stack([loss * count, correct, count])
 
+    @functools.partial(
+        jax.jit,
+        static_argnames=("width", "micro"),
+        donate_argnames=("state", "sums"),
+        out_shardings=(out, out),
+    )
+    def step(state, sums, key, data, plan_idx, plan_starts, plan_weights, js, valid, width, micro):
+        plan = (plan_idx, plan_starts, plan_weights)
+        if js.shape[0] == 1:  # one step per call: no scan, no select
+            return one(state, sums, key, data, *plan, js[0], width, micro)
+
+        def body(carry, x):
+            j, ok = x
+            new = one(*carry, key, data, *plan, j, width, micro)
+            return jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, carry), None
+
+        (state, sums), _ = jax.lax.scan(body, (state, sums), (js, valid))
+        return state, sums
+
     return step
+
+
+def step_groups(widths: tuple[int, ...], k: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """The batches of an epoch plan as calls of ``k`` steps: ``(width, js, valid)`` each.
+
+    Batches of one width go together, ``k`` at a time, in the plan's order; a width's last
+    group is filled up with its last batch, marked not valid. Calls are ordered by their
+    first batch. With ``k == 1`` that is the plan itself, one batch per call.
+    """
+    by_width: dict[int, list[int]] = {}
+    for j, width in enumerate(widths):
+        by_width.setdefault(width, []).append(j)
+    groups = []
+    for width, js in by_width.items():
+        for first in range(0, len(js), k):
+            chunk = js[first : first + k]
+            valid = np.arange(k) < len(chunk)
+            padded = np.array(chunk + [chunk[-1]] * (k - len(chunk)), np.int32)
+            groups.append((width, padded, valid))
+    return sorted(groups, key=lambda g: int(g[1][0]))
 
 
 class Progress(NamedTuple):
@@ -269,8 +308,11 @@ def train(
         sums = devices.put_replicated(jnp.zeros(3), mesh)
         epoch_key = jax.random.fold_in(key, epoch)
         desc = f"epoch {epoch + 1}/{settings.epochs}"
-        for j, width in enumerate(tqdm(plan.widths, desc=desc, disable=not progress, leave=False)):
-            state, sums = step(state, sums, epoch_key, train_data, *arrays, j, width, micro(width))
+        groups = step_groups(plan.widths, settings.steps_per_call)
+        for width, js, valid in tqdm(groups, desc=desc, disable=not progress, leave=False):
+            state, sums = step(
+                state, sums, epoch_key, train_data, *arrays, js, valid, width, micro(width)
+            )
         loss_sum, correct, count = (float(x) for x in jax.device_get(sums))
         history["loss"].append(loss_sum / count)
         history["train_acc"].append(correct / count)

@@ -200,3 +200,83 @@ def test_train_with_the_tokens_objective_learns_a_copy_task(seq_len):
     assert scored.accuracy > 0.9
     assert scored.confusion is None and scored.count == 50
     assert result.eval_result.confusion is None
+
+
+# ------------------------------------------------------------- several steps per call
+
+
+def test_step_groups_cover_every_batch_once_and_pad_the_last_group():
+    widths = (64, 32, 64, 64, 32, 64, 64)
+    groups = training.step_groups(widths, 3)
+    counted = sorted(int(j) for _, js, valid in groups for j in js[valid])
+    assert counted == list(range(len(widths)))
+    for width, js, _ in groups:
+        assert len(js) == 3 and all(widths[j] == width for j in js)
+    assert [(w, js.tolist(), v.tolist()) for w, js, v in groups] == [
+        (64, [0, 2, 3], [True, True, True]),
+        (32, [1, 4, 4], [True, True, False]),
+        (64, [5, 6, 6], [True, True, False]),
+    ]
+    assert [int(js[0]) for _, js, _ in training.step_groups(widths, 1)] == list(range(7))
+
+
+@pytest.mark.parametrize("ema", [0.0, 0.9])
+def test_k_steps_in_one_call_equal_k_single_steps(tiny_model, tiny_params, random_split, ema):
+    """A call of 4 steps (one of them padding) gives the parameters, optimizer state, weight
+    average and sums of the 3 real steps run one call each."""
+    from m2l_nlp import batching, devices
+
+    settings = TrainSettings(batch_size=8, crop_len=32, ema_decay=ema, micro_batch_cells=0)
+    mesh = devices.make_mesh()
+    data = batching.put_data(*random_split(64, seed=4, min_len=2), mesh=mesh)
+    plan = batching.train_plan(np.asarray(data.lengths), 8, 32, np.random.default_rng(0))
+    arrays = devices.put_replicated((plan.idx, plan.starts, plan.weights), mesh)
+    optimizer = optim.make_optimizer(settings, 100)
+    step = training._make_epoch_step(
+        tiny_model, optimizer, metrics.BINARY, mesh, ema_decay=settings.ema_decay
+    )
+    width = plan.widths[0]
+    js = [j for j, w in enumerate(plan.widths) if w == width][:3]
+    assert len(js) == 3
+    key = jax.random.PRNGKey(5)
+
+    def fresh():
+        params = jax.tree_util.tree_map(lambda x: jnp.array(x, copy=True), tiny_params)
+        return optim.init_state(params, optimizer, ema > 0), jnp.zeros(3)
+
+    state, sums = fresh()
+    for j in js:
+        one, yes = np.array([j], np.int32), np.array([True])
+        state, sums = step(state, sums, key, data, *arrays, one, yes, width, 1)
+    k_state, k_sums = fresh()
+    group = np.array([*js, js[-1]], np.int32)
+    valid = np.array([True, True, True, False])
+    k_state, k_sums = step(k_state, k_sums, key, data, *arrays, group, valid, width, 1)
+    leaves = jax.tree_util.tree_leaves
+    for a, b in zip(leaves(state), leaves(k_state), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(sums), np.asarray(k_sums), rtol=1e-5)
+    assert float(k_sums[2]) == float(sums[2])  # the padding step counted no example
+
+
+def test_train_with_several_steps_per_call_learns_and_compiles_nothing_per_epoch(
+    tiny_model, tiny_params, signal_split
+):
+    from m2l_nlp import devices
+
+    settings = TrainSettings(
+        epochs=3, batch_size=16, learning_rate=1e-2, crop_len=32, seed=3, steps_per_call=4
+    )
+    after_epoch = []
+    result = training.train(
+        tiny_model,
+        tiny_params,
+        signal_split(256, seed=6),
+        settings,
+        progress=False,
+        log=None,
+        on_epoch=lambda _: after_epoch.append(devices.compile_counter()["programs"]),
+    )
+    assert result.history["loss"][-1] < result.history["loss"][0]
+    assert result.history["train_acc"][-1] > 0.75
+    assert after_epoch[0] == after_epoch[-1]  # epochs 2 and 3 compiled nothing
