@@ -250,8 +250,8 @@ def test_gradescope_bundle_grades_and_resists_tricks(installed, tmp_path):
 
     for name in cases:  # shown with `pytest -s`: the table in the closing note
         data = result(name) if name != "honest" else honest
-        fails = [t["output"].splitlines()[0][:90] for t in data.get("tests", []) if t["score"] == 0]
-        print(f"{name:30s} {data['score']:>5g} / {FULL}  {fails[0] if fails else ''}")
+        sdp = by_test(data).get("scaled_dot_product", {}).get("output", "")
+        print(f"{name:28s} {data['score']:>3g} / {FULL}  sdp: {sdp.splitlines()[0][:100]}")
 
     partial = by_test(result("partial_in_exercises_folder"))
     assert partial["multi_hot"]["score"] == 0 and partial["scaled_dot_product"]["score"] == 0

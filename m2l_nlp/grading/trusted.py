@@ -108,6 +108,11 @@ def reference_pass(
     return Replay(recorder.records, stubs, fallback=remote), limits, worker
 
 
+def _own_words(message: object, folder: Path) -> str:
+    """A message as the student should read it: their file by its name, not our folder."""
+    return str(message).replace(f"{folder}/", "")[:MESSAGE_CHARS]
+
+
 def _all_results(exercises: list[Exercise], status: str, message: str) -> list[ExerciseResult]:
     return [
         ExerciseResult(ex, [CheckResult(ex.name, c.name, status, message) for c in ex.checks])
@@ -138,7 +143,7 @@ def grade_practical(
     try:
         worker: Worker | None = _start(folder, practical, user, home)
     except CheckFailure as err:  # the file does not import: said once, for every exercise
-        return _all_results(exercises, "error", str(err)[:MESSAGE_CHARS])
+        return _all_results(exercises, "error", _own_words(err, folder))
     except WorkerStopped:
         message = f"importing {practical}.py took more than {LOAD_LIMIT_S:g} s"
         return _all_results(exercises, "error", message)
@@ -185,7 +190,7 @@ def grade_practical(
             except Exception as caught:  # noqa: BLE001 - classified by outcome()
                 err = caught
             status, message = outcome(err, {str(path)})
-            checks.append(CheckResult(ex.name, chk.name, status, message[:MESSAGE_CHARS]))
+            checks.append(CheckResult(ex.name, chk.name, status, _own_words(message, folder)))
         results.append(ExerciseResult(ex, checks))
     if worker is not None:
         worker.kill()
