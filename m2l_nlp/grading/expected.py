@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,7 @@ class Recorder(Elsewhere):
         self.inner = inner
         self.stub_lines = stub_lines
         self.records: dict[str, Any] = {}
+        self.seconds: dict[str, float] = {}  # per exercise, filled by record()
 
     def _keep(self, question: str, answer: Any) -> Any:
         plain = wire.to_plain(answer)
@@ -160,7 +162,8 @@ def load(practical: str, folder: Path = EXPECTED_DIR) -> Replay:
 
 def record(practical: str, reference: Any, stub_lines: tuple[str, ...] = ()) -> Recorder:
     """Run every check of ``practical`` with ``reference`` as the graded code and record the
-    reference's answers; raises ``RuntimeError`` if the reference fails a check."""
+    reference's answers (and its seconds per exercise, ``recorder.seconds``); raises
+    ``RuntimeError`` if the reference fails a check."""
     from m2l_nlp.grading.registry import load_exercises
     from m2l_nlp.grading.runner import outcome, run_check
 
@@ -168,6 +171,7 @@ def record(practical: str, reference: Any, stub_lines: tuple[str, ...] = ()) -> 
     for ex in load_exercises().values():
         if ex.practical != practical:
             continue
+        start = time.monotonic()
         for chk in ex.checks:
             try:
                 run_check(ex, chk, reference, recorder, [])
@@ -177,4 +181,5 @@ def record(practical: str, reference: Any, stub_lines: tuple[str, ...] = ()) -> 
             status, message = outcome(err, set())
             if status != "passed":
                 raise RuntimeError(f"the reference fails {ex.name}/{chk.name}: {message}")
+        recorder.seconds[ex.name] = time.monotonic() - start
     return recorder

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from m2l_nlp.fileio import write_json_atomic
-from m2l_nlp.grading.expected import Recorder, Replay
+from m2l_nlp.grading.expected import Replay, record
 from m2l_nlp.grading.registry import CheckFailure, Exercise, load_exercises
 from m2l_nlp.grading.remote import (
     RemoteNamespace,
@@ -88,23 +88,12 @@ def reference_pass(
     worker = _start(source.parent, practical, None, scratch)
     remote = RemoteNamespace(worker)
     stubs = stub_lines_from(str(source))
-    recorder = Recorder(remote, stubs)
-    limits = {}
-    for ex in load_exercises().values():
-        if ex.practical != practical:
-            continue
-        start = time.monotonic()
-        for chk in ex.checks:
-            try:
-                run_check(ex, chk, remote, recorder, [])
-                err = None
-            except Exception as caught:  # noqa: BLE001 - reported below
-                err = caught
-            status, message = outcome(err, {str(source)})
-            if status != "passed":
-                worker.kill()
-                raise GraderBroken(f"the reference fails {ex.name}/{chk.name}: {message}")
-        limits[ex.name] = max(MIN_LIMIT_S, LIMIT_FACTOR * (time.monotonic() - start))
+    try:
+        recorder = record(practical, remote, stubs)
+    except (RuntimeError, WorkerLost, WorkerStopped) as err:
+        worker.kill()
+        raise GraderBroken(str(err)) from None
+    limits = {name: max(MIN_LIMIT_S, LIMIT_FACTOR * t) for name, t in recorder.seconds.items()}
     return Replay(recorder.records, stubs, fallback=remote), limits, worker
 
 
