@@ -36,6 +36,10 @@ class WorkerStopped(Exception):
     """The student's code did not answer before the deadline; its process was killed."""
 
 
+class WorkerUnavailable(Exception):
+    """The worker process cannot be started (e.g. the unprivileged user cannot run Python)."""
+
+
 class WorkerLost(Exception):
     """The process running the student's code ended (``sys.exit``, a crash, killed...)."""
 
@@ -82,7 +86,18 @@ class Worker:
         if user is not None:
             extra = {"user": user[0], "group": user[1], "extra_groups": []}
         try:
-            self.process = subprocess.Popen(
+            self.process = self._spawn(extra, to_worker_r, from_worker_w, log, cwd, environ)
+        finally:
+            os.close(to_worker_r)
+            os.close(from_worker_w)
+        self.deadline: float | None = None
+        self.limit = 0.0
+        self.busy = 0.0  # seconds spent waiting for replies
+
+    @staticmethod
+    def _spawn(extra, to_worker_r, from_worker_w, log, cwd, environ) -> subprocess.Popen:
+        try:
+            return subprocess.Popen(
                 [
                     sys.executable,
                     "-m",
@@ -99,12 +114,13 @@ class Worker:
                 start_new_session=True,
                 **extra,
             )
-        finally:
-            os.close(to_worker_r)
-            os.close(from_worker_w)
-        self.deadline: float | None = None
-        self.limit = 0.0
-        self.busy = 0.0  # seconds spent waiting for replies
+        except PermissionError as err:
+            who = f"user {extra['user']}" if extra else "this user"
+            raise WorkerUnavailable(
+                f"{who} may not run {sys.executable} ({err.strerror}): install Python and the "
+                f"course where every user can read them (the autograder's setup.sh does), or "
+                f"set {USER_ENV}=root to run student code as yourself (local trials only)"
+            ) from None
 
     def _wait(self) -> None:
         timeout = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())

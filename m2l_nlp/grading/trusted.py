@@ -36,6 +36,7 @@ from m2l_nlp.grading.remote import (
     Worker,
     WorkerLost,
     WorkerStopped,
+    WorkerUnavailable,
     unprivileged_user,
 )
 from m2l_nlp.grading.report import results_json, score_table
@@ -285,7 +286,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
     try:
         grade(jobs)
-    except (GraderBroken, SubmissionError) as err:
+    except (GraderBroken, SubmissionError, WorkerUnavailable) as err:
         print(f"error: {err}", file=sys.stderr)
         output = f"The autograder could not grade this submission: {err}"
         for _, results_path in jobs:
