@@ -27,11 +27,11 @@ import numpy as np
 
 from m2l_nlp import devices
 
-# Steps of 32 tokens up to 384 (where most reviews are), coarser above: about 20 shapes.
-DEFAULT_WIDTHS = (
-    *range(32, 385, 32),
-    *(448, 512, 576, 640, 768, 896, 1024, 1536, 2048, 3072, 4096),
-)
+# Steps of 64 tokens up to 512 (where most reviews are), coarser above. Each width is one
+# more compiled training step (2-3 s on a CPU for the default recipe); steps of 32 computed
+# a little less padding but compiled 6 more steps for 512-token crops, a loss on the whole
+# (benchmarks/buckets.py).
+DEFAULT_WIDTHS = (*range(64, 513, 64), 640, 768, 896, 1024, 1536, 2048, 3072, 4096)
 
 # On a GPU/TPU padding is nearly free and every width is one more compilation of the step
 # (seconds to tens of seconds each), so a few powers of two.
@@ -39,7 +39,10 @@ ACCELERATOR_WIDTHS = (128, 256, 512, 1024, 2048, 4096)
 
 EVAL_ATTENTION_BUDGET = 2**27  # batch * width**2 per evaluation batch (bounds memory)
 
-CPU_MICRO_BATCH_CELLS = 2**17  # rows * width**2 per micro-batch and device, on a CPU
+# rows * width**2 per micro-batch and device, on a CPU: small enough for the attention
+# weights to stay in cache, large enough that adding each micro-batch's gradient (as large
+# as the parameters, 70,000-row embeddings included) costs little (benchmarks/buckets.py)
+CPU_MICRO_BATCH_CELLS = 2**19
 
 
 class DeviceData(NamedTuple):

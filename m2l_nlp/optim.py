@@ -8,6 +8,7 @@ parameters (:func:`update_ema`).
 
 from __future__ import annotations
 
+import functools
 from typing import Any, NamedTuple
 
 import haiku as hk
@@ -22,9 +23,13 @@ def _decay_mask(params: hk.Params) -> Any:
     return jax.tree_util.tree_map(lambda p: p.ndim >= 2, params)
 
 
+@functools.lru_cache(maxsize=16)
 def make_optimizer(settings: TrainSettings, total_steps: int) -> optax.GradientTransformation:
     """Gradient clipping (unless ``clip_norm`` is 0), then AdamW with linear warm-up and
-    cosine decay (constant with ``final_lr_fraction=1`` and no warm-up)."""
+    cosine decay (constant with ``final_lr_fraction=1`` and no warm-up).
+
+    The same settings and step count give the same object, so the jitted steps that take
+    the optimizer as a static argument compile once for both runs."""
     total_steps = max(int(total_steps), 1)
     warmup = min(round(settings.warmup_fraction * total_steps), total_steps - 1)
     end_value = settings.learning_rate * settings.final_lr_fraction

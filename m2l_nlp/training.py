@@ -122,6 +122,7 @@ class TrainResult(NamedTuple):
     best_epoch: int | None = None  # 1-based epoch whose parameters were returned
 
 
+@functools.lru_cache(maxsize=8)
 def _make_epoch_step(
     model: ModelFuncs,
     optimizer: optax.GradientTransformation,
@@ -135,7 +136,9 @@ def _make_epoch_step(
     which of them count) in one call: a ``lax.scan`` when K > 1. A step that does not count
     (the last group of an epoch, filled up to K) leaves the state and the sums as they were,
     its optimizer count and weight average included, so the result is that of the counted
-    steps run one by one; K is part of the shapes, so one program serves every epoch."""
+    steps run one by one; K is part of the shapes, so one program serves every epoch. Made
+    once per model, optimizer and settings: a second run with the same ones (a notebook's
+    cell run again, a resumed run) reuses the programs the first one compiled."""
     shard = devices.batch_sharded(mesh)
     out = devices.replicated(mesh)
 

@@ -14,6 +14,21 @@ pytest_plugins = ["m2l_nlp.grading.pytest_plugin"]
 # that off, so tests that run the CLI, and the subprocesses they start, write none.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", "")
 
+
+@pytest.fixture(scope="session", autouse=True)
+def _share_compiled_programs(tmp_path_factory):
+    """Within this test session, every program compiled is kept in a temporary folder that
+    the parallel workers share: the many tests that build the same reference model or the
+    same step (each its own jitted function, so no in-memory cache can serve them) load it
+    instead of compiling it again. Nothing outside the session's temporary folder is written,
+    and a fresh clone's first run benefits as much as any."""
+    import jax
+
+    base = tmp_path_factory.getbasetemp()
+    shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+    jax.config.update("jax_compilation_cache_dir", str(shared / "jax-programs"))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+
 # ----------------------------------------------------------------------------- tiny classifier
 # Session-scoped: one ModelFuncs object per worker, so the jitted steps keyed on it compile
 # once for all the test files that use it (training, evaluation, batching, model).

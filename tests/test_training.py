@@ -240,9 +240,10 @@ def test_k_steps_in_one_call_equal_k_single_steps(tiny_model, tiny_params, rando
     assert len(js) == 3
     key = jax.random.PRNGKey(5)
 
-    def fresh():
+    def fresh():  # placed as train() places them, so both calls of width 1 share a program
         params = jax.tree_util.tree_map(lambda x: jnp.array(x, copy=True), tiny_params)
-        return optim.init_state(params, optimizer, ema > 0), jnp.zeros(3)
+        state = optim.init_state(params, optimizer, ema > 0)
+        return devices.put_replicated((state, jnp.zeros(3)), mesh)
 
     state, sums = fresh()
     for j in js:
