@@ -29,6 +29,7 @@ def _share_compiled_programs(tmp_path_factory):
     jax.config.update("jax_compilation_cache_dir", str(shared / "jax-programs"))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 
+
 # ----------------------------------------------------------------------------- tiny classifier
 # Session-scoped: one ModelFuncs object per worker, so the jitted steps keyed on it compile
 # once for all the test files that use it (training, evaluation, batching, model).
