@@ -281,3 +281,33 @@ def test_train_with_several_steps_per_call_learns_and_compiles_nothing_per_epoch
     assert result.history["loss"][-1] < result.history["loss"][0]
     assert result.history["train_acc"][-1] > 0.75
     assert after_epoch[0] == after_epoch[-1]  # epochs 2 and 3 compiled nothing
+
+
+def test_nothing_compiles_after_the_first_epoch_nor_when_the_same_run_is_started_again(
+    tiny_model, tiny_params, signal_split
+):
+    """Evaluation included: epochs 2 and 3 compile nothing, and a second run with the same
+    settings (a notebook's training cell run again) reuses every program of the first."""
+    from m2l_nlp import devices
+
+    settings = TrainSettings(epochs=3, batch_size=16, crop_len=40, seed=2)
+    programs = [devices.compile_counter()["programs"]]  # counting starts here, if not before
+
+    def run():
+        return training.train(
+            tiny_model,
+            tiny_params,
+            signal_split(96, seed=7),
+            settings,
+            eval_data=signal_split(40, seed=8),
+            progress=False,
+            log=None,
+            on_epoch=lambda _: programs.append(devices.compile_counter()["programs"]),
+        )
+
+    first = run()
+    assert programs[1] > programs[0]  # the first epoch compiled the step and the evaluation
+    assert len(set(programs[1:])) == 1, programs  # after each epoch, evaluation included
+    second = run()
+    assert programs[-1] == programs[1], programs
+    assert second.history == first.history
