@@ -14,6 +14,14 @@ pytest_plugins = ["m2l_nlp.grading.pytest_plugin"]
 # that off, so tests that run the CLI, and the subprocesses they start, write none.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", "")
 
+# Tests ask two runs with the same seed for the same numbers. On a GPU, XLA's scatter-add
+# (the embedding gradient) may round differently from one run to the next unless told to be
+# deterministic; CPUs are. Read when JAX starts its backend, after this file is imported.
+if "xla_gpu_deterministic_ops" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_gpu_deterministic_ops=true"
+    ).strip()
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _share_compiled_programs(tmp_path_factory):
