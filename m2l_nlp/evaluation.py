@@ -94,21 +94,25 @@ def predict_logits(
     lengths = np.asarray(data.lengths)  # one read of N ints, before any batch runs
     example, starts = batching.windows(lengths, window)
     win_len = np.minimum(lengths[example] - starts, window)
-    one = jnp.ones((1, window), jnp.int32)  # shapes only: nothing is computed
+    one = jax.ShapeDtypeStruct((1, window), jnp.int32)  # shapes only: nothing is computed
     out = jax.eval_shape(model.model_fw.apply, params, one, one).shape[1:]
     step = _make_logit_step(model, mesh)
     params = devices.put_replicated(params, mesh)
-    sums = devices.put_replicated((jnp.zeros((n, *out)), jnp.zeros(n)), mesh)
+    # built on the host and copied: an eager jnp.zeros would compile a program of its own
+    zeros = (np.zeros((n, *out), np.float32), np.zeros(n, np.float32))
+    sums = devices.put_replicated(zeros, mesh)
     plans = batching.eval_plan(win_len, batch_size, window, mesh.devices.size)
     with tqdm(
         total=sum(len(p.widths) for p in plans), desc=desc, disable=not progress, leave=False
     ) as bar:
         for plan in plans:
-            arrays = (example[plan.idx], starts[plan.idx], plan.weights)
-            idx, st, weights = devices.put_replicated(arrays, mesh)
+            idx, st = example[plan.idx], starts[plan.idx]
             micro = batching.micro_batches(idx.shape[1], plan.widths[0], mesh.devices.size, cells)
             for j, width in enumerate(plan.widths):
-                sums = step(params, sums, data, idx[j], st[j], weights[j], width, micro)
+                # each batch's plan is copied from the host: slicing an array already on the
+                # device would compile a program per shape
+                batch = devices.put_replicated((idx[j], st[j], plan.weights[j]), mesh)
+                sums = step(params, sums, data, *batch, width, micro)
                 bar.update()
     logit_sum, count = (np.asarray(x, np.float64) for x in jax.device_get(sums))
     if not (count > 0).all():

@@ -137,8 +137,7 @@ def _train_and_evaluate(
             "too (the recipe was chosen on them); add --no-test to validate a recipe"
         )
     funcs, config, _ = models.for_preset(preset, data.vocab_size, impl, *train_split[:2])
-    key = jax.random.PRNGKey(seed)
-    params = models.init_params(funcs, key, preset.seq_len, preset.embed_scale)
+    params = models.init_params(funcs, seed, preset.seq_len, preset.embed_scale)
     fingerprint = json.loads(
         json.dumps(
             dict(

@@ -8,6 +8,7 @@ per review), :data:`TOKENS` a label per token (the reverse-sequence task).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -94,9 +95,15 @@ class EvalResult(NamedTuple):
     count: int
 
 
+@functools.partial(jax.jit, static_argnums=0)
+def _mean_loss_and_accuracy(objective: Objective, logits: jax.Array, labels: jax.Array):
+    # one program per objective and split size, where eager operations would compile one each
+    return objective.row_loss(logits, labels).mean(), objective.row_accuracy(logits, labels).mean()
+
+
 def score(objective: Objective, logits: np.ndarray, labels: np.ndarray) -> EvalResult:
-    """Mean accuracy and loss of ``logits`` ``(N, ...)`` over a whole split, on the host."""
-    loss = float(np.mean(objective.row_loss(jnp.asarray(logits), jnp.asarray(labels))))
-    accuracy = float(np.mean(objective.row_accuracy(jnp.asarray(logits), jnp.asarray(labels))))
+    """Mean accuracy and loss of ``logits`` ``(N, ...)`` over a whole split."""
+    logits32 = np.asarray(logits, np.float32)
+    loss, accuracy = _mean_loss_and_accuracy(objective, logits32, np.asarray(labels))
     confusion = confusion_matrix(labels, logits) if objective.binary else None
-    return EvalResult(accuracy, loss, confusion, int(len(labels)))
+    return EvalResult(float(accuracy), float(loss), confusion, int(len(labels)))

@@ -12,7 +12,6 @@ is_train)`` for training, ``predict_fw(params, ids, mask)`` for evaluation, and 
 from __future__ import annotations
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from m2l_nlp import baselines
@@ -66,22 +65,28 @@ def for_preset(
 
 
 def init_params(
-    funcs: ModelFuncs, key: jax.Array, max_len: int = 8, embed_scale: float = 1.0
+    funcs: ModelFuncs, key: jax.Array | int, max_len: int = 8, embed_scale: float = 1.0
 ) -> dict:
-    """Parameters of a model of token ids (they do not depend on the sequence length).
+    """Parameters of a model of token ids (they do not depend on the sequence length);
+    ``key`` is a PRNG key or a seed.
 
     ``embed_scale`` multiplies the initial token embeddings (haiku draws them with standard
     deviation 1). A small scale (e.g. 0.1) lets the sinusoidal positions and the learned
     sentiment directions dominate early on; on IMDB it trains much faster.
     """
-    ids = jnp.ones((1, min(8, max_len)), jnp.int32)
-    params = funcs.init_params(key, ids, jnp.ones_like(ids), True)
-    if embed_scale != 1.0:
-        params = {
+    ids = np.ones((1, min(8, max_len)), np.int32)
+
+    seeded = isinstance(key, int)
+
+    @jax.jit  # one program, where eager operations would compile one each
+    def init(key: jax.Array) -> dict:
+        params = funcs.init_params(jax.random.PRNGKey(key) if seeded else key, ids, ids, True)
+        return {
             module: {
                 name: value * embed_scale if name == "embeddings" else value
                 for name, value in leaves.items()
             }
             for module, leaves in params.items()
         }
-    return params
+
+    return init(key)

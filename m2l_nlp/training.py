@@ -122,6 +122,19 @@ class TrainResult(NamedTuple):
     best_epoch: int | None = None  # 1-based epoch whose parameters were returned
 
 
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _fresh_state(params: hk.Params, optimizer, ema: bool) -> TrainState:
+    """A new training state for ``params``, on copies of them (the steps donate their
+    state): one program, where eager copies and zeros would compile one per shape."""
+    return init_state(jax.tree_util.tree_map(jnp.copy, params), optimizer, ema)
+
+
+@jax.jit
+def _epoch_key(seed: int, epoch: int) -> jax.Array:
+    """The key of one epoch's crops and dropout: one small program for every epoch."""
+    return jax.random.fold_in(jax.random.PRNGKey(seed), epoch)
+
+
 @functools.lru_cache(maxsize=8)
 def _make_epoch_step(
     model: ModelFuncs,
@@ -269,8 +282,7 @@ def train(
     plan = batching.train_plan(lengths, settings.batch_size, settings.crop_len, rng)
     steps_per_epoch = len(plan.widths)
     optimizer = optimizer or make_optimizer(settings, settings.epochs * steps_per_epoch)
-    params = jax.tree_util.tree_map(lambda x: jnp.array(x, copy=True), params)  # steps donate
-    state = init_state(params, optimizer, settings.ema_decay > 0)
+    state = _fresh_state(params, optimizer, settings.ema_decay > 0)
     first, result, best = 0, None, None
     history: dict[str, list[float]] = {"loss": [], "train_acc": []}
     if eval_data is not None:
@@ -299,7 +311,6 @@ def train(
     def micro(width: int) -> int:
         return batching.micro_batches(settings.batch_size, width, n_devices, cells)
 
-    key = jax.random.PRNGKey(settings.seed)
     for epoch in range(first, settings.epochs):
         plan = batching.train_plan(
             lengths,
@@ -308,8 +319,8 @@ def train(
             np.random.default_rng([settings.seed, epoch]),
         )
         arrays = devices.put_replicated((plan.idx, plan.starts, plan.weights), mesh)
-        sums = devices.put_replicated(jnp.zeros(3), mesh)
-        epoch_key = jax.random.fold_in(key, epoch)
+        sums = devices.put_replicated(np.zeros(3, np.float32), mesh)
+        epoch_key = _epoch_key(settings.seed, epoch)
         desc = f"epoch {epoch + 1}/{settings.epochs}"
         groups = step_groups(plan.widths, settings.steps_per_call)
         for width, js, valid in tqdm(groups, desc=desc, disable=not progress, leave=False):

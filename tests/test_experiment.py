@@ -136,3 +136,21 @@ def test_ctrl_c_keeps_the_last_epoch_and_says_how_to_resume(tmp_path, monkeypatc
     monkeypatch.undo()
     assert cli.main([*args, "--resume"]) == 0
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["best_epoch"] in (1, 2)
+
+
+def test_a_run_on_a_gpu_compiles_a_program_per_shape_and_four_more(tiny, monkeypatch):
+    """With a GPU's buckets: the training step and the evaluation step (once per split, its
+    sums are as long as the split) for each width, plus initialisation, the fresh training
+    state, the epoch keys and the scoring of each split; nothing per epoch, no eager op."""
+    from m2l_nlp import devices
+
+    preset, data = tiny
+    preset = config.override(preset, ["train.epochs=2"])
+    monkeypatch.setattr(devices, "accelerator", lambda: "gpu")  # buckets as on a GPU
+    before = devices.compile_counter()["programs"]
+    run = experiment.train_and_evaluate(preset, data, None, name="tiny", progress=False, log=None)
+    widths = 1  # 64-token crops and windows: one bucket
+    splits = 2  # validation and test
+    expected = widths + widths * splits + 3 + splits
+    assert run.metrics["compiled_programs"] == expected
+    assert devices.compile_counter()["programs"] - before == expected
