@@ -147,6 +147,7 @@ def test_a_run_on_a_gpu_compiles_a_program_per_shape_and_four_more(tiny, monkeyp
     preset, data = tiny
     preset = config.override(preset, ["train.epochs=2"])
     monkeypatch.setattr(devices, "accelerator", lambda: "gpu")  # buckets as on a GPU
+    jax.clear_caches()  # as in a fresh process: programs of earlier tests would be reused
     before = devices.compile_counter()["programs"]
     run = experiment.train_and_evaluate(preset, data, None, name="tiny", progress=False, log=None)
     widths = 1  # 64-token crops and windows: one bucket
