@@ -75,8 +75,7 @@ def init_params(
     sentiment directions dominate early on; on IMDB it trains much faster.
     """
     ids = np.ones((1, min(8, max_len)), np.int32)
-
-    seeded = isinstance(key, int)
+    seeded = isinstance(key, int)  # then the key is made inside the one program
 
     @jax.jit  # one program, where eager operations would compile one each
     def init(key: jax.Array) -> dict:
