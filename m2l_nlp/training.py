@@ -71,18 +71,31 @@ def _loss_sum_and_grads(params, key, ids, mask, labels, weights, apply, objectiv
     return total, hits, grads
 
 
-def _update(state, key, ids, mask, labels, weights, model, optimizer, objective, micro=1):
-    """Gradient step on one batch; returns ``(state, loss, n_correct)`` (weighted)."""
+def _mean_grads(params, key, ids, mask, labels, weights, apply, objective, micro=1):
+    """Gradient of the mean row loss of one batch; returns ``(grads, loss, n_correct)``."""
     weights = jnp.ones(labels.shape[:1], jnp.float32) if weights is None else weights
     weights = weights.astype(jnp.float32)
     total, hits, grads = _loss_sum_and_grads(
-        state.params, key, ids, mask, labels, weights, model.model.apply, objective, micro
+        params, key, ids, mask, labels, weights, apply, objective, micro
     )
     count = jnp.maximum(weights.sum(), 1.0)
-    grads = jax.tree_util.tree_map(lambda g: g / count, grads)
+    return jax.tree_util.tree_map(lambda g: g / count, grads), total / count, hits
+
+
+def _apply_grads(state, grads, optimizer, ema_decay=0.0):
+    """The optimizer's step with ``grads``, then the weight average's (if ``ema_decay``)."""
     updates, opt_state = optimizer.update(grads, state.opt_state, state.params)
     params = optax.apply_updates(state.params, updates)
-    return state._replace(params=params, opt_state=opt_state), total / count, hits
+    state = state._replace(params=params, opt_state=opt_state)
+    return update_ema(state, ema_decay) if ema_decay > 0 else state
+
+
+def _update(state, key, ids, mask, labels, weights, model, optimizer, objective, micro=1):
+    """Gradient step on one batch; returns ``(state, loss, n_correct)`` (weighted)."""
+    grads, loss, hits = _mean_grads(
+        state.params, key, ids, mask, labels, weights, model.model.apply, objective, micro
+    )
+    return _apply_grads(state, grads, optimizer), loss, hits
 
 
 @functools.partial(
@@ -149,13 +162,15 @@ def _make_epoch_step(
     which of them count) in one call: a ``lax.scan`` when K > 1. A step that does not count
     (the last group of an epoch, filled up to K) leaves the state and the sums as they were,
     its optimizer count and weight average included, so the result is that of the counted
-    steps run one by one; K is part of the shapes, so one program serves every epoch. Made
-    once per model, optimizer and settings: a second run with the same ones (a notebook's
-    cell run again, a resumed run) reuses the programs the first one compiled."""
+    steps run one by one; K is part of the shapes, so one program serves every epoch. With
+    K = 1 a step is two programs: the batch's gradient (compiled per width) and the update
+    (compiled once). Made once per model, optimizer and settings: a second run with the
+    same ones (a notebook's cell run again, a resumed run) reuses the programs the first
+    one compiled."""
     shard = devices.batch_sharded(mesh)
     out = devices.replicated(mesh)
 
-    def one(state, sums, key, data, plan_idx, plan_starts, plan_weights, j, width, micro):
+    def batch_grads(params, sums, key, data, plan_idx, plan_starts, plan_weights, j, width, micro):
         idx, starts, weights = plan_idx[j], plan_starts[j], plan_weights[j]
         ids, mask, labels = batching.gather(data, idx, starts, width)
         step_key, drop_key = jax.random.split(jax.random.fold_in(key, j))
@@ -165,13 +180,31 @@ def _make_epoch_step(
         ids, mask, labels, weights = jax.lax.with_sharding_constraint(
             (ids, mask, labels, weights), shard
         )
-        state, loss, correct = _update(
-            state, step_key, ids, mask, labels, weights, model, optimizer, objective, micro
+        grads, loss, correct = _mean_grads(
+            params, step_key, ids, mask, labels, weights, model.model.apply, objective, micro
         )
-        if ema_decay > 0:
-            state = update_ema(state, ema_decay)
         count = weights.sum()
-        return state, sums + jnp.stack([loss * count, correct, count])
+        return grads, sums + jnp.stack([loss * count, correct, count])
+
+    def advance(state, grads):
+        return _apply_grads(state, grads, optimizer, ema_decay)
+
+    def one(state, sums, key, data, plan_idx, plan_starts, plan_weights, j, width, micro):
+        grads, sums = batch_grads(
+            state.params, sums, key, data, plan_idx, plan_starts, plan_weights, j, width, micro
+        )
+        return advance(state, grads), sums
+
+    # One step per call (K = 1): the gradient (one program per width) and the update (one
+    # program for every width) are compiled apart, so each width compiles only the model's
+    # forward and backward pass, not another copy of the optimizer and the weight average.
+    grads_program = jax.jit(
+        batch_grads,
+        static_argnames=("width", "micro"),
+        donate_argnames="sums",
+        out_shardings=(out, out),
+    )
+    update_program = jax.jit(advance, donate_argnames="state", out_shardings=out)
 
     @functools.partial(
         jax.jit,
@@ -179,10 +212,8 @@ def _make_epoch_step(
         donate_argnames=("state", "sums"),
         out_shardings=(out, out),
     )
-    def step(state, sums, key, data, plan_idx, plan_starts, plan_weights, js, valid, width, micro):
+    def steps(state, sums, key, data, plan_idx, plan_starts, plan_weights, js, valid, width, micro):
         plan = (plan_idx, plan_starts, plan_weights)
-        if js.shape[0] == 1:  # one step per call: no scan, no select
-            return one(state, sums, key, data, *plan, js[0], width, micro)
 
         def body(carry, x):
             j, ok = x
@@ -191,6 +222,18 @@ def _make_epoch_step(
 
         (state, sums), _ = jax.lax.scan(body, (state, sums), (js, valid))
         return state, sums
+
+    def step(state, sums, key, data, plan_idx, plan_starts, plan_weights, js, valid, width, micro):
+        if len(js) > 1:
+            return steps(
+                state, sums, key, data, plan_idx, plan_starts, plan_weights, js, valid,
+                width=width, micro=micro,
+            )  # fmt: skip
+        grads, sums = grads_program(
+            state.params, sums, key, data, plan_idx, plan_starts, plan_weights, js[0],
+            width=width, micro=micro,
+        )  # fmt: skip
+        return update_program(state, grads), sums
 
     return step
 

@@ -138,10 +138,11 @@ def test_ctrl_c_keeps_the_last_epoch_and_says_how_to_resume(tmp_path, monkeypatc
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["best_epoch"] in (1, 2)
 
 
-def test_a_run_on_a_gpu_compiles_a_program_per_shape_and_four_more(tiny, monkeypatch):
-    """With a GPU's buckets: the training step and the evaluation step (once per split, its
-    sums are as long as the split) for each width, plus initialisation, the fresh training
-    state, the epoch keys and the scoring of each split; nothing per epoch, no eager op."""
+def test_a_run_on_a_gpu_compiles_a_program_per_shape_and_five_more(tiny, monkeypatch):
+    """With a GPU's buckets: the training step's gradient and the evaluation step (once per
+    split, its sums are as long as the split) for each width, plus the optimizer's update,
+    initialisation, the fresh training state, the epoch keys and the scoring of each split;
+    nothing per epoch, no eager op."""
     from m2l_nlp import devices
 
     preset, data = tiny
@@ -152,6 +153,6 @@ def test_a_run_on_a_gpu_compiles_a_program_per_shape_and_four_more(tiny, monkeyp
     run = experiment.train_and_evaluate(preset, data, None, name="tiny", progress=False, log=None)
     widths = 1  # 64-token crops and windows: one bucket
     splits = 2  # validation and test
-    expected = widths + widths * splits + 3 + splits
+    expected = widths + widths * splits + 4 + splits
     assert run.metrics["compiled_programs"] == expected
     assert devices.compile_counter()["programs"] - before == expected
