@@ -30,7 +30,8 @@ from m2l_nlp.fileio import atomic_file, make_ordinary
 
 CACHE_ENV = "M2L_NLP_CACHE"
 SMALL_DATA = imdb_archive.DATA_DIR / "small" / "aclImdb"
-CACHE_VERSION = 2  # bump when the parsing, cleanup or encoding changes
+CACHE_VERSION = 2  # bump when the parsing or cleanup of the texts changes
+PREPARED_VERSION = 3  # bump when the tokenizer or the encoding changes (3: reproducible ids)
 
 _BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
 
@@ -285,7 +286,7 @@ def prepare_imdb(
         "bigram_tokens": bigram_tokens,
         "bigram_mode": bigram_mode,
         "seed": seed,
-        "version": CACHE_VERSION,
+        "version": PREPARED_VERSION,
         "tokenizers": tokenizers.__version__,
     }
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:20]

@@ -8,6 +8,7 @@ has id 0) and ``[UNK]`` for unknown characters. No post-processor: no ``[CLS]`` 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -54,9 +55,30 @@ def train_tokenizer(
     )
     tok.train_from_iterator(texts, trainer, length=len(texts))
     assert tok.token_to_id(PAD_TOKEN) == PAD_ID, "the trainer must give [PAD] the id 0"
-    # The JSON reader rounds some scores by one ulp: return the tokenizer as it will read
-    # back from disk, so a fresh and a saved-then-loaded tokenizer are the same.
-    return Tokenizer.from_str(tok.to_str())
+    # Returned as it will read back from disk (the JSON reader rounds some scores by one
+    # ulp), so a fresh and a saved-then-loaded tokenizer are the same.
+    return Tokenizer.from_str(json.dumps(_canonical(json.loads(tok.to_str()))))
+
+
+SCORE_DECIMALS = 6
+
+
+def _canonical(spec: dict) -> dict:
+    """The trained tokenizer's JSON with reproducible ids and scores.
+
+    The trainer sums its scores in the order of a hash table whose seed changes with every
+    process, so two trainings on the same texts give the same tokens with scores that
+    differ in the 14th digit, listed in a slightly different order: other ids, another
+    model initialisation, another run with the same seed. Rounding the scores and
+    ordering the tokens by score, then text (the special tokens keep their first places)
+    makes the ids a function of the texts alone.
+    """
+    vocab = spec["model"]["vocab"]  # [[token, log-probability], ...], specials first
+    n = len(SPECIAL_TOKENS)
+    assert [t for t, _ in vocab[:n]] == list(SPECIAL_TOKENS), "specials must come first"
+    rest = [[t, round(score, SCORE_DECIMALS)] for t, score in vocab[n:]]
+    spec["model"]["vocab"] = vocab[:n] + sorted(rest, key=lambda ts: (-ts[1], ts[0]))
+    return spec
 
 
 def save_tokenizer(tokenizer: Tokenizer, path: str | os.PathLike) -> Path:

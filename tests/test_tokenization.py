@@ -164,3 +164,30 @@ def test_other_setups_use_the_plain_pipeline(tok, texts):
     ref_ids, ref_mask = _reference(other, sample, 50)
     np.testing.assert_array_equal(ids, ref_ids)
     np.testing.assert_array_equal(mask, ref_mask)
+
+
+TRAIN_IN_A_FRESH_PROCESS = """
+import hashlib
+from m2l_nlp import data, tokenization
+train, _ = data.load_imdb(data.SMALL_DATA, use_cache=False)
+tok = tokenization.train_tokenizer(list(train["text"]), 2000)
+print(hashlib.sha256(tok.to_str().encode()).hexdigest())
+"""
+
+
+def test_training_gives_the_same_tokenizer_in_every_process():
+    """The trainer's scores depend on a per-process hash seed in their last digits; the
+    tokenizer it returns must not (same texts: same ids, so the same run for a seed)."""
+    import subprocess
+    import sys
+
+    digests = {
+        subprocess.run(
+            [sys.executable, "-c", TRAIN_IN_A_FRESH_PROCESS],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for _ in range(3)
+    }
+    assert len(digests) == 1
