@@ -159,6 +159,26 @@ def train_plan(
     return BatchPlan(idx, starts, weights, tuple(b[2] for b in batches))
 
 
+def step_groups(widths: tuple[int, ...], k: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """The batches of an epoch plan as calls of ``k`` steps: ``(width, js, valid)`` each.
+
+    Batches of one width go together, ``k`` at a time, in the plan's order; a width's last
+    group is filled up with its last batch, marked not valid. Calls are ordered by their
+    first batch. With ``k == 1`` that is the plan itself, one batch per call.
+    """
+    by_width: dict[int, list[int]] = {}
+    for j, width in enumerate(widths):
+        by_width.setdefault(width, []).append(j)
+    groups = []
+    for width, js in by_width.items():
+        for first in range(0, len(js), k):
+            chunk = js[first : first + k]
+            valid = np.arange(k) < len(chunk)
+            padded = np.array(chunk + [chunk[-1]] * (k - len(chunk)), np.int32)
+            groups.append((width, padded, valid))
+    return sorted(groups, key=lambda g: int(g[1][0]))
+
+
 def eval_plan(
     lengths: np.ndarray, batch_size: int, max_width: int, n_devices: int = 1, widths=None
 ) -> list[BatchPlan]:

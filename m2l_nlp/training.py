@@ -238,26 +238,6 @@ def _make_epoch_step(
     return step
 
 
-def step_groups(widths: tuple[int, ...], k: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
-    """The batches of an epoch plan as calls of ``k`` steps: ``(width, js, valid)`` each.
-
-    Batches of one width go together, ``k`` at a time, in the plan's order; a width's last
-    group is filled up with its last batch, marked not valid. Calls are ordered by their
-    first batch. With ``k == 1`` that is the plan itself, one batch per call.
-    """
-    by_width: dict[int, list[int]] = {}
-    for j, width in enumerate(widths):
-        by_width.setdefault(width, []).append(j)
-    groups = []
-    for width, js in by_width.items():
-        for first in range(0, len(js), k):
-            chunk = js[first : first + k]
-            valid = np.arange(k) < len(chunk)
-            padded = np.array(chunk + [chunk[-1]] * (k - len(chunk)), np.int32)
-            groups.append((width, padded, valid))
-    return sorted(groups, key=lambda g: int(g[1][0]))
-
-
 class Progress(NamedTuple):
     """The loop after a completed epoch, on the host: enough to continue it exactly.
 
@@ -365,7 +345,7 @@ def train(
         sums = devices.put_replicated(np.zeros(3, np.float32), mesh)
         epoch_key = _epoch_key(settings.seed, epoch)
         desc = f"epoch {epoch + 1}/{settings.epochs}"
-        groups = step_groups(plan.widths, settings.steps_per_call)
+        groups = batching.step_groups(plan.widths, settings.steps_per_call)
         for width, js, valid in tqdm(groups, desc=desc, disable=not progress, leave=False):
             state, sums = step(
                 state, sums, epoch_key, train_data, *arrays, js, valid, width, micro(width)

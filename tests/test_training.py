@@ -205,21 +205,6 @@ def test_train_with_the_tokens_objective_learns_a_copy_task(seq_len):
 # ------------------------------------------------------------- several steps per call
 
 
-def test_step_groups_cover_every_batch_once_and_pad_the_last_group():
-    widths = (64, 32, 64, 64, 32, 64, 64)
-    groups = training.step_groups(widths, 3)
-    counted = sorted(int(j) for _, js, valid in groups for j in js[valid])
-    assert counted == list(range(len(widths)))
-    for width, js, _ in groups:
-        assert len(js) == 3 and all(widths[j] == width for j in js)
-    assert [(w, js.tolist(), v.tolist()) for w, js, v in groups] == [
-        (64, [0, 2, 3], [True, True, True]),
-        (32, [1, 4, 4], [True, True, False]),
-        (64, [5, 6, 6], [True, True, False]),
-    ]
-    assert [int(js[0]) for _, js, _ in training.step_groups(widths, 1)] == list(range(7))
-
-
 @pytest.mark.parametrize("ema", [0.0, 0.9])
 def test_k_steps_in_one_call_equal_k_single_steps(tiny_model, tiny_params, random_split, ema):
     """A call of 4 steps (one of them padding) gives the parameters, optimizer state, weight
