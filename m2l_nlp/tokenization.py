@@ -66,10 +66,11 @@ SCORE_DECIMALS = 6
 def _canonical(spec: dict) -> dict:
     """The trained tokenizer's JSON with reproducible ids and scores.
 
-    The trainer sums its scores in the order of a hash table whose seed changes with every
-    process, so two trainings on the same texts give the same tokens with scores that
-    differ in the 14th digit, listed in a slightly different order: other ids, another
-    model initialisation, another run with the same seed. Rounding the scores and
+    The trainer adds up its scores in an order that changes from one process to the next
+    (with ``TOKENIZERS_PARALLELISM=false`` too; likely a hash table's per-process seed), so
+    two trainings on the same texts give the same tokens with scores that differ in the
+    14th digit, listed in a slightly different order: other ids, another model
+    initialisation, another run with the same seed. Rounding the scores and
     ordering the tokens by score, then text (the special tokens keep their first places)
     makes the ids a function of the texts alone.
     """
