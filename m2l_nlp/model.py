@@ -11,6 +11,8 @@ is_train)`` for training, ``predict_fw(params, ids, mask)`` for evaluation, and 
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import numpy as np
 
@@ -74,18 +76,19 @@ def init_params(
     deviation 1). A small scale (e.g. 0.1) lets the sinusoidal positions and the learned
     sentiment directions dominate early on; on IMDB it trains much faster.
     """
-    ids = np.ones((1, min(8, max_len)), np.int32)
-    seeded = isinstance(key, int)  # then the key is made inside the one program
+    return _init(funcs, key, min(8, max_len), embed_scale, isinstance(key, int))
 
-    @jax.jit  # one program, where eager operations would compile one each
-    def init(key: jax.Array) -> dict:
-        params = funcs.init_params(jax.random.PRNGKey(key) if seeded else key, ids, ids, True)
-        return {
-            module: {
-                name: value * embed_scale if name == "embeddings" else value
-                for name, value in leaves.items()
-            }
-            for module, leaves in params.items()
+
+@functools.partial(jax.jit, static_argnums=(0, 2, 3, 4))
+def _init(funcs: ModelFuncs, key, width: int, embed_scale: float, seeded: bool) -> dict:
+    # one program per model and settings, where eager operations would compile one each
+    # and a closure jitted per call would compile again for every run in the process
+    ids = np.ones((1, width), np.int32)
+    params = funcs.init_params(jax.random.PRNGKey(key) if seeded else key, ids, ids, True)
+    return {
+        module: {
+            name: value * embed_scale if name == "embeddings" else value
+            for name, value in leaves.items()
         }
-
-    return init(key)
+        for module, leaves in params.items()
+    }
