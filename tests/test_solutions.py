@@ -26,6 +26,14 @@ ATOL = 1e-5
 RTOL = 1e-4
 
 
+@pytest.fixture(autouse=True)
+def _exact_matmuls():
+    """float32 matrix products at full precision: a GPU would otherwise round them to TF32
+    (about 3 decimal digits), far outside the tolerances against float64 NumPy."""
+    with jax.default_matmul_precision("highest"):
+        yield
+
+
 # ----------------------------------------------------------------------------- references
 def np_softmax(x: np.ndarray) -> np.ndarray:
     x = x - x.max(axis=-1, keepdims=True)
