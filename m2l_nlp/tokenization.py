@@ -23,6 +23,7 @@ PAD_TOKEN = "[PAD]"
 UNK_TOKEN = "[UNK]"
 SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]", UNK_TOKEN)
 MIN_VOCAB_SIZE = len(SPECIAL_TOKENS) + 1  # the special tokens and at least one of the text
+SCORE_DECIMALS = 6  # trained scores are rounded to this many decimals (reproducible ids)
 
 
 def new_tokenizer() -> Tokenizer:
@@ -58,9 +59,6 @@ def train_tokenizer(
     # Returned as it will read back from disk (the JSON reader rounds some scores by one
     # ulp), so a fresh and a saved-then-loaded tokenizer are the same.
     return Tokenizer.from_str(json.dumps(_canonical(json.loads(tok.to_str()))))
-
-
-SCORE_DECIMALS = 6
 
 
 def _canonical(spec: dict) -> dict:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 
@@ -178,9 +181,6 @@ print(hashlib.sha256(tok.to_str().encode()).hexdigest())
 def test_training_gives_the_same_tokenizer_in_every_process():
     """The trainer's scores depend on a per-process hash seed in their last digits; the
     tokenizer it returns must not (same texts: same ids, so the same run for a seed)."""
-    import subprocess
-    import sys
-
     digests = {
         subprocess.run(
             [sys.executable, "-c", TRAIN_IN_A_FRESH_PROCESS],
