@@ -107,7 +107,7 @@ def timed(module, name: str, into: dict[str, float], key: str):
 def run_ours(archive: Path, cache: Path, vocab_size: int, seq_len: int):
     steps: dict[str, float] = defaultdict(float)
     with (
-        timed(data, "read_reviews", steps, "load"),
+        timed(imdb_archive, "read_reviews", steps, "load"),
         timed(tokenization, "train_tokenizer", steps, "train"),
         timed(tokenization, "batch_encode", steps, "encode"),
     ):

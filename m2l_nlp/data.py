@@ -1,12 +1,8 @@
-"""IMDB reviews for the classifier: clean the texts, cache them, tokenize and encode.
+"""IMDB reviews for the classifier: cache the parsed texts, tokenize and encode them.
 
-Where the reviews come from (a download, an archive, a folder) and how they are read is
-:mod:`m2l_nlp.imdb_archive`. The parsed texts and the prepared arrays are cached under
-``data/cache/`` (or ``M2L_NLP_CACHE``), keyed by the data's content and the settings.
-
-Text cleanup: the reviews use HTML line breaks; every ``<br />`` (also ``<br>``, ``<br/>``)
-becomes a newline ``"\\n"``, so paragraphs stay visible when printed and the whitespace
-pre-tokenizer treats them as spaces. Nothing else is changed.
+Where the reviews come from (a download, an archive, a folder), how they are read and
+cleaned is :mod:`m2l_nlp.imdb_archive`. The parsed texts and the prepared arrays are cached
+under ``data/cache/`` (or ``M2L_NLP_CACHE``), keyed by the data's content and the settings.
 """
 
 from __future__ import annotations
@@ -15,7 +11,6 @@ import dataclasses
 import hashlib
 import json
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -33,9 +28,6 @@ SMALL_DATA = imdb_archive.DATA_DIR / "small" / "aclImdb"
 CACHE_VERSION = 2  # bump when the parsing or cleanup of the texts changes
 PREPARED_VERSION = 3  # bump when the tokenizer or the encoding changes (3: reproducible ids)
 
-_BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
-
-
 # --------------------------------------------------------------------------- locations
 
 
@@ -51,39 +43,6 @@ def compilation_cache_dir() -> Path:
 
 
 # --------------------------------------------------------------------------- parsing
-
-
-def clean_text(text: str) -> str:
-    """Turn the HTML line breaks ``<br />`` of a review into newlines."""
-    text = text.replace("<br />", "\n")  # the usual spelling, fast
-    return _BR.sub("\n", text) if "<" in text else text
-
-
-def read_reviews(path: str | os.PathLike) -> dict[str, tuple[list[str], np.ndarray]]:
-    """Parse an archive or folder into ``{split: (texts, labels int8)}``, in a fixed order.
-
-    The order (by label, then file name) does not depend on the source kind, so a folder and
-    the archive it came from give the same result.
-    """
-    path = Path(path)
-    found = imdb_archive._read_folder(path) if path.is_dir() else imdb_archive._read_archive(path)
-    imdb_archive._check_layout(found, path)
-    out = {}
-    for split in imdb_archive.SPLITS:
-        texts: list[str] = []
-        labels: list[int] = []
-        for label, value in sorted(imdb_archive.LABELS.items()):
-            items = sorted(found[(split, label)], key=lambda item: _sort_key(item[0]))
-            texts.extend(clean_text(data.decode("utf-8", "replace")) for _, data in items)
-            labels.extend([value] * len(items))
-        out[split] = (texts, np.asarray(labels, dtype=np.int8))
-    return out
-
-
-def _sort_key(name: str) -> tuple[int, str]:
-    base = name.rsplit("/", 1)[-1]
-    head = base.split("_", 1)[0]
-    return (int(head) if head.isdigit() else -1, base)
 
 
 # --------------------------------------------------------------------------- caching
@@ -174,7 +133,7 @@ def _parse_cached(
     path: Path, *, cache_dir: str | os.PathLike | None, use_cache: bool, key: str | None = None
 ) -> dict[str, tuple[list[str], np.ndarray]]:
     if not use_cache:
-        return read_reviews(path)
+        return imdb_archive.read_reviews(path)
     key = key or _checked_fingerprint(path)
     cache = Path(cache_dir or default_cache_dir()) / f"imdb-texts-v{CACHE_VERSION}-{key[:20]}.npz"
     if cache.is_file():
@@ -182,7 +141,7 @@ def _parse_cached(
             return _load_texts(cache)
         except Exception:  # a damaged cache file is rebuilt, never trusted
             cache.unlink(missing_ok=True)
-    parsed = read_reviews(path)
+    parsed = imdb_archive.read_reviews(path)
     _save_texts(cache, parsed)
     return parsed
 

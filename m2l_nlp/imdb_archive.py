@@ -6,8 +6,11 @@ against its sha256), any local ``.tar.gz``/``.tar`` in the aclImdb layout, or an
 ``aclImdb/`` folder (or the folder that holds it). Only ``{train,test}/{pos,neg}/*.txt`` are
 read; ``train/unsup`` is skipped. Archives are read straight from the compressed stream, so
 nothing is ever half-extracted. A source that cannot be had or read raises a
-:class:`DataError` whose message says what to do. Cleaning the texts, caching and encoding
-them is :mod:`m2l_nlp.data`.
+:class:`DataError` whose message says what to do. :func:`read_reviews` returns the texts,
+cleaned: the reviews use HTML line breaks, and every ``<br />`` (also ``<br>``, ``<br/>``)
+becomes a newline ``"\\n"``, so paragraphs stay visible when printed and the whitespace
+pre-tokenizer treats them as spaces. Nothing else is changed. Caching and encoding them is
+:mod:`m2l_nlp.data`.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
+
 from m2l_nlp.fileio import atomic_file, make_ordinary
 
 IMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
@@ -34,6 +39,7 @@ SOURCE_ENV = "M2L_NLP_IMDB"
 DATA_DIR = Path(__file__).resolve().parent.parent / "data"
 SPLITS = ("train", "test")
 LABELS = {"pos": 1, "neg": 0}
+_BR = re.compile(r"<br\s*/?>", re.IGNORECASE)
 
 _HOW_TO_FIX = (
     f"download {IMDB_URL} by hand (or copy a local aclImdb_v1.tar.gz) and set "
@@ -317,6 +323,39 @@ def _check_layout(found: dict, path: Path) -> None:
             f"give the aclImdb/ folder or the .tar.gz (with --data or {SOURCE_ENV}), or give "
             "neither to download IMDB"
         )
+
+
+def clean_text(text: str) -> str:
+    """Turn the HTML line breaks ``<br />`` of a review into newlines."""
+    text = text.replace("<br />", "\n")  # the usual spelling, fast
+    return _BR.sub("\n", text) if "<" in text else text
+
+
+def read_reviews(path: str | os.PathLike) -> dict[str, tuple[list[str], np.ndarray]]:
+    """Parse an archive or folder into ``{split: (texts, labels int8)}``, in a fixed order.
+
+    The order (by label, then file name) does not depend on the source kind, so a folder and
+    the archive it came from give the same result.
+    """
+    path = Path(path)
+    found = _read_folder(path) if path.is_dir() else _read_archive(path)
+    _check_layout(found, path)
+    out = {}
+    for split in SPLITS:
+        texts: list[str] = []
+        labels: list[int] = []
+        for label, value in sorted(LABELS.items()):
+            items = sorted(found[(split, label)], key=lambda item: _sort_key(item[0]))
+            texts.extend(clean_text(data.decode("utf-8", "replace")) for _, data in items)
+            labels.extend([value] * len(items))
+        out[split] = (texts, np.asarray(labels, dtype=np.int8))
+    return out
+
+
+def _sort_key(name: str) -> tuple[int, str]:
+    base = name.rsplit("/", 1)[-1]
+    head = base.split("_", 1)[0]
+    return (int(head) if head.isdigit() else -1, base)
 
 
 def extract_imdb(archive: str | os.PathLike, dest: str | os.PathLike) -> Path:

@@ -46,7 +46,7 @@ def test_folder_source_gives_labeled_frames():
     assert any("\n\n" in t for t in train["text"])
     # label 1 = pos: the positive folder's first review is in the frame with label 1
     pos_text = (data.SMALL_DATA / "train" / "pos").glob("0_*.txt").__next__().read_text()
-    row = train[train["text"] == data.clean_text(pos_text)]
+    row = train[train["text"] == imdb_archive.clean_text(pos_text)]
     assert list(row["label"]) == [1]
 
 
@@ -65,8 +65,8 @@ def test_seed_shuffles_reproducibly():
 
 def test_parsed_texts_are_cached(archive, monkeypatch, tmp_path):
     calls = []
-    real = data.read_reviews
-    monkeypatch.setattr(data, "read_reviews", lambda p: calls.append(p) or real(p))
+    real = imdb_archive.read_reviews
+    monkeypatch.setattr(imdb_archive, "read_reviews", lambda p: calls.append(p) or real(p))
     first = data.load_imdb(archive)
     second = data.load_imdb(archive)
     assert len(calls) == 1
