@@ -169,7 +169,6 @@ def count_ops(model, params, batch_size: int, width: int = 256) -> None:
     labels = jnp.zeros((batch_size,), jnp.int32)
     key = jax.random.PRNGKey(0)
     step = training.train_step.lower(state, key, ids, ids, labels, model=model, optimizer=optimizer)
-
     update = jax.jit(lambda state, grads: training._apply_grads(state, grads, optimizer))
     alone = update.lower(state, state.params)
     leaves = len(jax.tree_util.tree_leaves(params))

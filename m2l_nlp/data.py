@@ -25,7 +25,7 @@ from m2l_nlp.fileio import atomic_file, make_ordinary
 
 CACHE_ENV = "M2L_NLP_CACHE"
 SMALL_DATA = imdb_archive.DATA_DIR / "small" / "aclImdb"
-CACHE_VERSION = 2  # bump when the parsing or cleanup of the texts changes
+CACHE_VERSION = 2  # bump when imdb_archive.read_reviews parses or cleans texts otherwise
 PREPARED_VERSION = 3  # bump when the tokenizer or the encoding changes (3: reproducible ids)
 
 # --------------------------------------------------------------------------- locations
@@ -40,9 +40,6 @@ def default_cache_dir() -> Path:
 def compilation_cache_dir() -> Path:
     """Where entry points keep the programs XLA compiles: ``jax/`` in the data cache."""
     return default_cache_dir() / "jax"
-
-
-# --------------------------------------------------------------------------- parsing
 
 
 # --------------------------------------------------------------------------- caching
