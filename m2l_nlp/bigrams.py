@@ -14,7 +14,9 @@ pair's id right after it instead: ``t0 p01 t1 p12 t2 ...``, with a pair slot onl
 pair is in the table. The sequence grows (by 78 % on IMDB with 50,000 pairs), but every word
 keeps a vector of its own next to those of its phrases, where merging spreads what is learnt
 about "great" over "great film", "great acting" and every other pair that starts with it.
-(On our validation split it did not beat merging; see the README.)
+(On our validation split it did not beat merging; see docs/results.md.) A preset's
+``bigram_backoff`` keeps the merged sequence and gives each pair its first token's vector
+as well (:func:`m2l_nlp.model.classifier`, ``backoff=``).
 
 Ids: ``0 .. base - 1`` are the tokenizer's; ``base + k`` is pair ``k`` of the table. The
 table is ``(K, 2)`` int32, sorted, and saved with the tokenizer.

@@ -197,6 +197,9 @@ class Preset:
     embed_scale: float = 1.0  # initial token embeddings times this (transformer)
     bigram_tokens: int = 0  # > 0: that many frequent token pairs as extra tokens (m2l_nlp.bigrams)
     bigram_mode: str = "merge"  # "merge": a pair replaces its first token; "interleave": follows it
+    # True (merge mode): the model reads each pair token as its own residual row plus its
+    # first token's row (m2l_nlp.model.classifier's backoff); checkpoints store the sum
+    bigram_backoff: bool = False
     # True: a run that reports test accuracy trains on the whole training split, validation
     # reviews included, for the preset's epochs (chosen beforehand by --no-test runs, which
     # still hold out val_size) and keeps the last epoch. --val-size overrides either way.
@@ -219,6 +222,13 @@ class Preset:
                 raise ValueError(f"{name} must be at least {least}, not {getattr(self, name)}")
         if self.embed_scale <= 0:
             raise ValueError(f"embed_scale must be positive, not {self.embed_scale}")
+        if self.bigram_backoff and not (
+            self.bigram_tokens and self.bigram_mode == "merge" and self.architecture == TRANSFORMER
+        ):
+            raise ValueError(
+                "bigram_backoff needs the transformer with merged pair tokens (bigram_tokens > 0, "
+                "bigram_mode=merge): set bigram_backoff=false to train without them"
+            )
 
     def settings(self, **changes: Any) -> TrainSettings:
         """The training settings of this recipe (``changes`` win, e.g. ``seed=1``)."""

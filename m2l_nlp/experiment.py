@@ -136,8 +136,11 @@ def _train_and_evaluate(
             f"final fit: the {preset.val_size_for(n_train)} validation reviews are trained on "
             "too (the recipe was chosen on them); add --no-test to validate a recipe"
         )
-    funcs, config, _ = models.for_preset(preset, data.vocab_size, impl, *train_split[:2])
-    params = models.init_params(funcs, seed, preset.seq_len, preset.embed_scale)
+    table = getattr(data, "bigram_table", None)
+    backoff = models.backoff_for(preset, table)
+    funcs, config, _ = models.for_preset(preset, data.vocab_size, impl, *train_split[:2], table)
+    zero_rows = 0 if backoff is None else len(backoff)  # each pair starts as its first token
+    params = models.init_params(funcs, seed, preset.seq_len, preset.embed_scale, zero_rows)
     fingerprint = json.loads(
         json.dumps(
             dict(
@@ -177,10 +180,13 @@ def _train_and_evaluate(
         start=begin,
         on_epoch=on_epoch,
     )
+    params = result.params
+    if backoff is not None:  # from here on the plain classifier, with the pairs' rows summed
+        params, funcs = models.tie_pairs(params, backoff), models.classifier(config, impl)
     test = None
     if not no_test:
         test = evaluate(
-            result.params,
+            params,
             funcs,
             (data.test_ids, data.test_mask, data.test_labels),
             window=settings.crop_len,
@@ -209,7 +215,7 @@ def _train_and_evaluate(
     run_metrics["compiled_programs"] = compiled["programs"] - compiled_before["programs"]
     run_metrics["compile_seconds"] = compiled["seconds"] - compiled_before["seconds"]
     run_metrics["seconds"] = time.perf_counter() - start
-    params = jax.device_get(result.params)
+    params = jax.device_get(params)
     run = RunResult(funcs, params, config, result.history, test, run_metrics)
     if folder is not None:
         folder.commit(

@@ -138,14 +138,75 @@ def test_ctrl_c_keeps_the_last_epoch_and_says_how_to_resume(tmp_path, monkeypatc
     assert json.loads((tmp_path / "run" / "metrics.json").read_text())["best_epoch"] in (1, 2)
 
 
-def test_a_run_on_a_gpu_compiles_a_program_per_shape_and_five_more(tiny, monkeypatch):
+@pytest.fixture(scope="module")
+def tiny_backoff(tiny, tmp_path_factory):
+    """The tiny preset with 50 pair tokens that back off to their first tokens, its data."""
+    preset = config.override(tiny[0], ["bigram_tokens=50", "bigram_backoff=true"])
+    cache = tmp_path_factory.mktemp("cache")
+    return preset, prepare_for(preset, "small", cache_dir=cache, progress=False)
+
+
+def test_a_run_with_backoff_tests_and_saves_the_plain_classifier(
+    tiny_backoff, tmp_path, monkeypatch
+):
+    """Trained with the tie, tested and saved as the plain classifier with the pairs' rows
+    summed: the checkpoint alone gives the test result of the model that was trained."""
+    from m2l_nlp import evaluation, model
+
+    preset, data = tiny_backoff
+    preset = config.override(preset, ["train.epochs=1"])
+    trained = []
+
+    def keep(*args, **kwargs):
+        trained.append(experiment_train(*args, **kwargs))
+        return trained[-1]
+
+    experiment_train = experiment.train
+    monkeypatch.setattr(experiment, "train", keep)
+    run = experiment.train_and_evaluate(
+        preset, data, tmp_path / "run", name="tiny", progress=False, log=None
+    )
+    first = data.bigram_table[:, 0]
+    loaded = checkpoint.load_checkpoint(tmp_path / "run" / "checkpoint")
+    tied = model.tie_pairs(trained[0].params, first)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, loaded.params, tied)
+    test = (data.test_ids, data.test_mask, data.test_labels)
+    for params, funcs in [
+        (loaded.params, model.classifier(loaded.config)),
+        (trained[0].params, model.classifier(loaded.config, backoff=first)),
+    ]:
+        again = evaluation.evaluate(params, funcs, test, window=64)
+        assert again.accuracy == run.test.accuracy
+        assert again.loss == pytest.approx(run.test.loss, rel=1e-5)
+
+
+def test_a_run_with_backoff_starts_each_pair_as_its_first_token(tiny_backoff, monkeypatch):
+    preset, data = tiny_backoff
+    started = []
+
+    def capture(funcs, params, *args, **kwargs):
+        started.append(params)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(experiment, "train", capture)
+    with pytest.raises(KeyboardInterrupt):
+        experiment.train_and_evaluate(preset, data, None, progress=False, log=None)
+    table = np.asarray(started[0]["classifier/~/embedding/~/embed"]["embeddings"])
+    base = data.vocab_size - len(data.bigram_table)
+    assert not table[base:].any() and table[:base].all()
+
+
+@pytest.mark.parametrize("pairs", ["no pairs", "pairs that back off"])
+def test_a_run_on_a_gpu_compiles_a_program_per_shape_and_five_more(
+    pairs, tiny, tiny_backoff, monkeypatch
+):
     """With a GPU's buckets: the training step's gradient and the evaluation step (once per
     split, its sums are as long as the split) for each width, plus the optimizer's update,
     initialisation, the fresh training state, the epoch keys and the scoring of each split;
-    nothing per epoch, no eager op."""
+    nothing per epoch, no eager op (tying the pairs' rows for the test included)."""
     from m2l_nlp import devices
 
-    preset, data = tiny
+    preset, data = tiny if pairs == "no pairs" else tiny_backoff
     preset = config.override(preset, ["train.epochs=2"])
     monkeypatch.setattr(devices, "accelerator", lambda: "gpu")  # buckets as on a GPU
     jax.clear_caches()  # as in a fresh process: programs of earlier tests would be reused

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+import pytest
 
 from m2l_nlp import model as models
 
@@ -16,3 +17,82 @@ def test_init_params_scales_only_the_embeddings(tiny_model, tiny_config):
         for name, value in leaves.items():
             factor = 0.1 if name == "embeddings" else 1.0
             np.testing.assert_allclose(small[module][name], value * factor, rtol=1e-6)
+
+
+BASE, PAIRS = 40, 10  # the tiny vocabulary of 50: 40 tokenizer ids, then 10 pair tokens
+FIRST = np.array([5, 5, 7, 9, 11, 13, 20, 21, 30, 39], np.int32)  # each pair's first token
+
+
+def _backoff_model(tiny_config, seed=0):
+    """The tiny classifier with pair tokens that back off, and random (nonzero) parameters."""
+    funcs = models.classifier(tiny_config, backoff=FIRST)
+    params = models.init_params(funcs, seed, tiny_config.max_len, zero_rows=PAIRS)
+    table = params["classifier/~/embedding/~/embed"]["embeddings"]
+    residuals = jax.random.normal(jax.random.PRNGKey(seed + 1), table[BASE:].shape)
+    params["classifier/~/embedding/~/embed"]["embeddings"] = table.at[BASE:].set(residuals)
+    return funcs, params
+
+
+def test_init_params_zeroes_only_the_last_rows(tiny_model, tiny_config):
+    key, max_len = jax.random.PRNGKey(0), tiny_config.max_len
+    plain = models.init_params(tiny_model, key, max_len, embed_scale=0.1)
+    zeroed = models.init_params(tiny_model, key, max_len, embed_scale=0.1, zero_rows=PAIRS)
+    for module, leaves in plain.items():
+        for name, value in leaves.items():
+            want = np.asarray(value)
+            if name == "embeddings":
+                assert np.abs(want[BASE:]).max() > 0
+                want = want.copy()
+                want[BASE:] = 0.0
+            np.testing.assert_array_equal(zeroed[module][name], want)
+
+
+def test_backoff_reads_a_pair_as_its_residual_plus_its_first_token(tiny_model, tiny_config):
+    funcs, params = _backoff_model(tiny_config)
+    ids = np.array([[1, 41, 7, 49, 3, 40, 45, 0], [42, 2, 48, 39, 40, 4, 0, 0]], np.int32)
+    mask = (np.arange(8)[None, :] < np.array([[7], [6]])).astype(np.int32)
+    tied = models.tie_pairs(params, FIRST)
+    table = params["classifier/~/embedding/~/embed"]["embeddings"]
+    want = np.asarray(table).copy()
+    want[BASE:] += want[FIRST]
+    np.testing.assert_allclose(tied["classifier/~/embedding/~/embed"]["embeddings"], want)
+    np.testing.assert_allclose(
+        funcs.predict_fw(params, ids, mask), tiny_model.predict_fw(tied, ids, mask), rtol=1e-5
+    )
+    # without the tie the same parameters give another model
+    assert not np.allclose(
+        funcs.predict_fw(params, ids, mask), tiny_model.predict_fw(params, ids, mask)
+    )
+    # a pair whose residual is zero is read exactly as its first token
+    zeroed = jax.tree_util.tree_map(lambda x: x, params)
+    zeroed["classifier/~/embedding/~/embed"]["embeddings"] = table.at[BASE:].set(0.0)
+    as_first = np.where(ids >= BASE, FIRST[np.clip(ids - BASE, 0, PAIRS - 1)], ids)
+    np.testing.assert_allclose(
+        funcs.predict_fw(zeroed, ids, mask),
+        tiny_model.predict_fw(zeroed, as_first, mask),
+        rtol=1e-5,
+    )
+
+
+def test_a_pair_trains_its_first_tokens_row_only_with_backoff(tiny_model, tiny_config):
+    funcs, params = _backoff_model(tiny_config)
+    ids = np.array([[1, 2, 42, 3]], np.int32)  # pair 2, first token 7; token 7 itself absent
+    mask = np.ones_like(ids)
+
+    def row_grad(model):
+        def loss(p):
+            return model.model_fw.apply(p, ids, mask).sum()
+
+        grads = jax.grad(loss)(params)["classifier/~/embedding/~/embed"]["embeddings"]
+        return np.abs(np.asarray(grads)).sum(axis=1)
+
+    with_backoff, without = row_grad(funcs), row_grad(tiny_model)
+    assert with_backoff[7] > 0 and without[7] == 0
+    assert with_backoff[42] > 0 and without[42] > 0
+    assert with_backoff[8] == 0  # a token that is neither read nor backed off to
+
+
+def test_backoff_must_name_tokenizer_ids(tiny_config):
+    for bad in (np.array([48, 1]), np.array([-1]), np.zeros((2, 2), np.int32)):
+        with pytest.raises(ValueError, match="backoff must list"):
+            models.classifier(tiny_config, backoff=bad)
