@@ -158,11 +158,16 @@ def _checked_fingerprint(path: Path) -> str:
     return key
 
 
+def shuffle_order(n: int, seed: int) -> np.ndarray:
+    """The shuffle of a split of ``n`` reviews prepared with ``seed``: row ``r`` holds review
+    ``order[r]`` of the split in file order (by label, then file id)."""
+    return np.random.default_rng(seed).permutation(n)
+
+
 def _frame(texts: list[str], labels: np.ndarray, *, seed: int | None) -> pd.DataFrame:
     df = pd.DataFrame({"text": texts, "label": labels.astype(np.int64)})
     if seed is not None:
-        order = np.random.default_rng(seed).permutation(len(df))
-        df = df.iloc[order].reset_index(drop=True)
+        df = df.iloc[shuffle_order(len(df), seed)].reset_index(drop=True)
     return df
 
 

@@ -58,6 +58,9 @@ def test_seed_shuffles_reproducibly():
     assert a.equals(b) and not a.equals(c)
     assert sorted(a["text"]) == sorted(c["text"])
     assert list(unshuffled["label"][:500]) == [0] * 500  # neg first, then pos: no shuffle
+    # row r of a shuffled split is review shuffle_order[r] in file order
+    order = data.shuffle_order(len(unshuffled), 1)
+    assert list(c["text"]) == list(unshuffled["text"].iloc[order])
 
 
 # --------------------------------------------------------------------------- caches

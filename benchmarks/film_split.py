@@ -1,0 +1,128 @@
+"""Validation on unseen films: a recipe scored on random reviews and on runs of neighbouring ids.
+
+    python benchmarks/film_split.py --seed 0
+    python benchmarks/film_split.py --seed 0 --set bigram_backoff=true
+    python benchmarks/film_split.py --seed 0 --model bag
+
+The archive numbers its reviews so that neighbouring file ids are mostly reviews of one film,
+and the test films have no review in the training split. The project's validation split
+(``data.split_validation``) draws its reviews at random, so most of its films are also in
+training. This script holds out two validation sets from the training reviews of the
+``default`` preset's data (the test set is never read):
+
+- *random*: ``--val-size`` reviews drawn at random;
+- *film blocks*: runs of ``--block`` neighbouring file ids, half of them from each label, so
+  that most of their films have no review left in training.
+
+It trains on the rest with the preset's recipe (``--set KEY=VALUE`` changes it, as
+``m2l-nlp train --set`` does; ``--model bag`` trains practical 1's bag MLP with TF-IDF on the
+same ids instead), keeps the last epoch and prints its accuracy and loss on both sets. Each
+epoch's line reports the film blocks. See docs/results.md, "validation reviews share films
+with the training reviews".
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import numpy as np
+
+from m2l_nlp import data as data_lib
+from m2l_nlp import devices
+from m2l_nlp import model as models
+from m2l_nlp.config import PRESETS, override
+from m2l_nlp.evaluation import evaluate
+from m2l_nlp.training import train
+
+DEFAULT_DATA = os.environ.get("M2L_NLP_IMDB", "../shared/data/aclImdb_v1_labeled.tar.gz")
+
+
+def film_block_split(
+    order: np.ndarray, val_size: int, block: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows ``(train, random, blocks)`` of a training split whose row ``r`` holds review
+    ``order[r]`` of the split in file order (one label, then the other, by file id).
+
+    ``blocks``: runs of ``block`` neighbouring reviews in file order, drawn at random, until
+    each label has ``val_size // 2``; ``random``: ``val_size`` of the other rows; ``train``:
+    the rest, in row order.
+    """
+    n = len(order)
+    held = np.zeros(n, bool)  # by position in file order
+    for lo, hi in ((0, n // 2), (n // 2, n)):
+        for start in rng.permutation(np.arange(lo, hi, block)):
+            if held[lo:hi].sum() >= val_size // 2:
+                break
+            held[start : min(start + block, hi)] = True
+    block_rows = np.flatnonzero(held[order])
+    rest = np.flatnonzero(~held[order])
+    random_rows = rng.choice(rest, val_size, replace=False)
+    return np.setdiff1d(rest, random_rows), random_rows, block_rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", default=DEFAULT_DATA, help="IMDB .tar.gz or aclImdb/ folder")
+    parser.add_argument("--seed", type=int, default=0, help="shuffle, blocks and training")
+    parser.add_argument("--val-size", type=int, default=4000, help="reviews in each set")
+    parser.add_argument("--block", type=int, default=50, help="neighbouring ids per run")
+    parser.add_argument("--model", choices=("transformer", "bag"), default="transformer")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+
+    preset = override(PRESETS["default"], args.set)
+    data = data_lib.prepare_for(preset, args.data, seed=args.seed, progress=False)
+    order = data_lib.shuffle_order(len(data.train_labels), args.seed)
+    rng = np.random.default_rng(1000 + args.seed)
+    rows = film_block_split(order, args.val_size, args.block, rng)
+    train_split, random_split, block_split = (
+        (data.train_ids[r], data.train_mask[r], data.train_labels[r]) for r in rows
+    )
+    print(
+        f"train {len(rows[0])}, random validation {len(rows[1])}, film-block validation "
+        f"{len(rows[2])} (runs of {args.block} ids); positive: "
+        f"{random_split[2].mean():.3f} and {block_split[2].mean():.3f}",
+        flush=True,
+    )
+    if args.model == "bag":  # practical 1's bag MLP, TF-IDF, on the same ids and splits
+        width = data.train_ids.shape[1]
+        bag = ["model.use_tfidf=true", f"train.crop_len={width}", f"seq_len={width}"]
+        preset = override(PRESETS["bow-mlp"], bag)
+    settings = preset.settings(seed=args.seed, keep_best=False)
+    table = data.bigram_table
+    funcs, _, _ = models.for_preset(preset, data.vocab_size, "solutions", *train_split[:2], table)
+    backoff = models.backoff_for(preset, table)
+    zero_rows = 0 if backoff is None else len(backoff)
+    params = models.init_params(funcs, args.seed, preset.seq_len, preset.embed_scale, zero_rows)
+    mesh = devices.make_mesh()
+    start = time.perf_counter()
+    result = train(
+        funcs,
+        params,
+        train_split,
+        settings,
+        eval_data=block_split,
+        eval_name="block",
+        mesh=mesh,
+        progress=False,
+    )
+    for name, split in (("random", random_split), ("film blocks", block_split)):
+        scored = evaluate(
+            result.params,
+            funcs,
+            split,
+            window=settings.crop_len,
+            batch_size=settings.eval_batch_size,
+            micro_batch_cells=settings.micro_batch_cells,
+            mesh=mesh,
+            progress=False,
+        )
+        print(f"{name}: accuracy {scored.accuracy:.2%}, loss {scored.loss:.4f}", flush=True)
+    print(f"{time.perf_counter() - start:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
