@@ -1,7 +1,7 @@
 """Validation on unseen films: a recipe scored on random reviews and on runs of neighbouring ids.
 
     python benchmarks/film_split.py --seed 0
-    python benchmarks/film_split.py --seed 0 --set bigram_backoff=true
+    python benchmarks/film_split.py --seed 0 --set bigram_backoff=false  # the recipe before backoff
     python benchmarks/film_split.py --seed 0 --model bag
 
 The archive numbers its reviews so that neighbouring file ids are mostly reviews of one film,
