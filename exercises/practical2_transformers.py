@@ -483,7 +483,10 @@ def classifier_forward(
 # uses too): choices such as which epoch to keep are made on it, and the test reviews are
 # scored once, at the end, so that the test accuracy stays an honest estimate. The recipe
 # (model sizes, training settings) is a preset of `m2l_nlp/config.py`: `demo` for the small
-# data, `default` (the recipe of `make train`) for the full IMDB.
+# data, `default` (the recipe of `make train`) for the full IMDB. Here you train your own
+# classifier exactly as you wrote it; `make train` adds one thing around it, which the preset
+# calls `bigram_backoff`: each pair token is read as its own vector plus its first token's
+# (`m2l_nlp/model.py`).
 #
 # By default this uses the small set of reviews bundled with the repository (1,000 for
 # training and 500 for testing, short made-up reviews meant for quick runs): it trains in
