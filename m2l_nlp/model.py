@@ -4,11 +4,12 @@
   solutions, the student's exercises, or a notebook's own cells).
 - :func:`baseline`: a practical-1 baseline (:mod:`m2l_nlp.baselines` writes its forward).
 - :func:`for_preset`: whichever of the two a :class:`~m2l_nlp.config.Preset` names.
-- :func:`tie_pairs`: the parameters of a classifier trained with pair tokens that back off
-  to their first token (``backoff=``), as the plain classifier reads them.
 
 Each returns :class:`~m2l_nlp.transform.ModelFuncs`: ``model.apply(params, key, ids, mask,
 is_train)`` for training, ``predict_fw(params, ids, mask)`` for evaluation, and so on.
+:func:`init_params` creates the parameters; :func:`tie_pairs` turns those of a classifier
+trained with pair tokens that back off to their first token (``backoff=``) into the plain
+classifier's.
 """
 
 from __future__ import annotations
