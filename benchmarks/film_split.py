@@ -91,11 +91,9 @@ def main(argv: list[str] | None = None) -> int:
         bag = ["model.use_tfidf=true", f"train.crop_len={width}", f"seq_len={width}"]
         preset = override(PRESETS["bow-mlp"], bag)
     settings = preset.settings(seed=args.seed, keep_best=False)
-    table = data.bigram_table
-    funcs, _, _ = models.for_preset(preset, data.vocab_size, "solutions", *train_split[:2], table)
-    backoff = models.backoff_for(preset, table)
-    zero_rows = 0 if backoff is None else len(backoff)
-    params = models.init_params(funcs, args.seed, preset.seq_len, preset.embed_scale, zero_rows)
+    funcs, _, params, _ = models.init_for_preset(
+        preset, data, args.seed, "solutions", *train_split[:2]
+    )
     mesh = devices.make_mesh()
     start = time.perf_counter()
     result = train(

@@ -136,11 +136,9 @@ def _train_and_evaluate(
             f"final fit: the {preset.val_size_for(n_train)} validation reviews are trained on "
             "too (the recipe was chosen on them); add --no-test to validate a recipe"
         )
-    table = getattr(data, "bigram_table", None)
-    backoff = models.backoff_for(preset, table)
-    funcs, config, _ = models.for_preset(preset, data.vocab_size, impl, *train_split[:2], table)
-    zero_rows = 0 if backoff is None else len(backoff)  # each pair starts as its first token
-    params = models.init_params(funcs, seed, preset.seq_len, preset.embed_scale, zero_rows)
+    funcs, config, params, backoff = models.init_for_preset(
+        preset, data, seed, impl, *train_split[:2]
+    )
     fingerprint = json.loads(
         json.dumps(
             dict(

@@ -7,7 +7,8 @@
 
 Each returns :class:`~m2l_nlp.transform.ModelFuncs`: ``model.apply(params, key, ids, mask,
 is_train)`` for training, ``predict_fw(params, ids, mask)`` for evaluation, and so on.
-:func:`init_params` creates the parameters; :func:`tie_pairs` turns those of a classifier
+:func:`init_params` creates the parameters (:func:`init_for_preset`: a preset's model and
+its parameters at once); :func:`tie_pairs` turns those of a classifier
 trained with pair tokens that back off to their first token (``backoff=``) into the plain
 classifier's.
 """
@@ -15,6 +16,7 @@ classifier's.
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 import haiku as hk
 import jax
@@ -130,6 +132,26 @@ def for_preset(
     if getattr(config, "use_tfidf", False):
         idf = baselines.fit_baseline_idf(config, vocab_size, train_ids, train_mask, impl)
     return baseline(config, vocab_size, idf, impl), config, idf
+
+
+def init_for_preset(
+    preset: Preset,
+    data: Any,
+    seed: int,
+    impl: Impl = "solutions",
+    train_ids: np.ndarray | None = None,
+    train_mask: np.ndarray | None = None,
+) -> tuple[ModelFuncs, ClassifierConfig | BaselineConfig, dict, np.ndarray | None]:
+    """The model of ``preset`` for prepared ``data`` and its first parameters:
+    ``(funcs, config, params, backoff)``. ``train_ids``/``train_mask`` fit a TF-IDF
+    baseline's weights; ``backoff`` is :func:`backoff_for`'s (None without backoff), whose
+    residual rows start at zero."""
+    table = getattr(data, "bigram_table", None)
+    backoff = backoff_for(preset, table)
+    funcs, config, _ = for_preset(preset, data.vocab_size, impl, train_ids, train_mask, table)
+    zero_rows = 0 if backoff is None else len(backoff)  # each pair starts as its first token
+    params = init_params(funcs, seed, preset.seq_len, preset.embed_scale, zero_rows)
+    return funcs, config, params, backoff
 
 
 def backoff_for(preset: Preset, bigram_table: np.ndarray | None) -> np.ndarray | None:
