@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         bag = ["model.use_tfidf=true", f"train.crop_len={width}", f"seq_len={width}"]
         preset = override(PRESETS["bow-mlp"], bag)
     settings = preset.settings(seed=args.seed, keep_best=False)
-    funcs, _, params, _ = models.init_for_preset(
+    funcs, _, params, tie = models.init_for_preset(
         preset, data, args.seed, "solutions", *train_split[:2]
     )
     mesh = devices.make_mesh()
@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         eval_name="block",
         mesh=mesh,
         progress=False,
+        tie=tie,
     )
     for name, split in (("random", random_split), ("film blocks", block_split)):
         scored = evaluate(

@@ -136,9 +136,7 @@ def _train_and_evaluate(
             f"final fit: the {preset.val_size_for(n_train)} validation reviews are trained on "
             "too (the recipe was chosen on them); add --no-test to validate a recipe"
         )
-    funcs, config, params, backoff = models.init_for_preset(
-        preset, data, seed, impl, *train_split[:2]
-    )
+    funcs, config, params, tie = models.init_for_preset(preset, data, seed, impl, *train_split[:2])
     fingerprint = json.loads(
         json.dumps(
             dict(
@@ -177,10 +175,9 @@ def _train_and_evaluate(
         log=log,
         start=begin,
         on_epoch=on_epoch,
+        tie=tie,  # the classifier's parameters come back, the pairs' rows tied
     )
     params = result.params
-    if backoff is not None:  # from here on the plain classifier, with the pairs' rows summed
-        params, funcs = models.tie_pairs(params, backoff), models.classifier(config, impl)
     test = None
     if not no_test:
         test = evaluate(

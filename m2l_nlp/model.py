@@ -8,14 +8,14 @@
 Each returns :class:`~m2l_nlp.transform.ModelFuncs`: ``model.apply(params, key, ids, mask,
 is_train)`` for training, ``predict_fw(params, ids, mask)`` for evaluation, and so on.
 :func:`init_params` creates the parameters (:func:`init_for_preset`: a preset's model and
-its parameters at once); :func:`tie_pairs` turns those of a classifier
-trained with pair tokens that back off to their first token (``backoff=``) into the plain
-classifier's.
+its parameters at once); :func:`pair_tie` makes pair tokens back off to their first token
+(stored rows -> the classifier's parameters).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from typing import Any
 
 import haiku as hk
@@ -31,42 +31,31 @@ from m2l_nlp.transform import ModelFuncs, funcs_from_stateful
 PRACTICAL = "practical2_transformers"
 
 
-def classifier(
-    config: ClassifierConfig,
-    impl: Impl = "solutions",
-    jit: bool = True,
-    backoff: np.ndarray | None = None,
-) -> ModelFuncs:
+def classifier(config: ClassifierConfig, impl: Impl = "solutions", jit: bool = True) -> ModelFuncs:
     """Practical 2's classifier: ``(input_ids (B, S), mask (B, S), is_train) -> logits (B,)``.
 
     ``impl="exercises"`` (or a notebook's ``globals()``) uses the student's own modules.
-
-    ``backoff`` (int ``(K,)``, the first token of each of the ``K`` pair tokens, which are the
-    last ``K`` ids) makes the stored embedding table hold one *residual* row per pair: the
-    model reads pair ``k`` as its residual plus the row of its first token, so what is
-    learnt about "great" also reaches "great acting". The students' modules are unchanged;
-    a haiku custom getter ties the table they fetch (:func:`tie_pairs` does it once, for the
-    plain classifier).
     """
     practical = practical_namespace(PRACTICAL, impl)
-    first = None if backoff is None else _first_tokens(backoff, config.vocab_size)
-
-    def tie(next_getter, value, context):
-        if context.name == "embeddings" and value.shape[0] == config.vocab_size:
-            value = _tied_table(value, first)
-        return next_getter(value)
 
     def forward(input_ids: jax.Array, mask: jax.Array, is_train: bool = True) -> jax.Array:
-        if first is None:
-            return practical.classifier_forward(input_ids, mask, is_train, config=config)
-        with hk.custom_getter(tie):
-            return practical.classifier_forward(input_ids, mask, is_train, config=config)
+        return practical.classifier_forward(input_ids, mask, is_train, config=config)
 
     return funcs_from_stateful(forward, jit=jit)
 
 
-def _first_tokens(backoff: np.ndarray, vocab_size: int) -> np.ndarray:
-    """``backoff`` checked: int32 ``(K,)`` ids of the tokenizer's ``vocab_size - K`` tokens."""
+def pair_tie(backoff: np.ndarray, vocab_size: int) -> Callable[[hk.Params], hk.Params]:
+    """Pair tokens that back off to their first token: ``tie(stored) -> params`` of
+    :func:`classifier`.
+
+    ``backoff`` (int ``(K,)``) is the first token of each of the ``K`` pair tokens, which are
+    the last ``K`` of the ``vocab_size`` ids. The stored embedding table holds one
+    *residual* row per pair; the classifier reads pair ``k`` as its residual plus the row of
+    its first token, so what is learnt about "great" also reaches "great acting". The
+    students' modules are unchanged: :func:`m2l_nlp.training.train` trains the stored rows
+    through ``tie=`` (the gradient is pulled back through it once per step) and returns the
+    classifier's parameters, which checkpoints store. Traceable: it runs inside the step.
+    """
     first = np.asarray(backoff)
     base = vocab_size - len(first)
     if first.ndim != 1 or base < 1 or (first.size and (first.min() < 0 or first.max() >= base)):
@@ -74,33 +63,20 @@ def _first_tokens(backoff: np.ndarray, vocab_size: int) -> np.ndarray:
             f"backoff must list, for each of the last K of the {vocab_size} ids, a token id "
             f"below vocab_size - K; got shape {first.shape}"
         )
-    return first.astype(np.int32)
+    first = first.astype(np.int32)
 
+    def tie(params: hk.Params) -> hk.Params:
+        def tied(name: str, table: jax.Array) -> jax.Array:
+            if name != "embeddings" or table.shape[0] != vocab_size:
+                return table
+            return jnp.asarray(table).at[base:].add(jnp.asarray(table)[first])
 
-def _tied_table(table: jax.Array, first: np.ndarray) -> jax.Array:
-    """``(V, D)`` stored rows -> the rows the model reads: pair row ``+=`` first token's row."""
-    return table.at[table.shape[0] - len(first) :].add(table[jnp.asarray(first)])
-
-
-def tie_pairs(params: hk.Params, backoff: np.ndarray) -> hk.Params:
-    """Parameters trained with ``classifier(..., backoff=backoff)`` -> the same model's
-    parameters for ``classifier(...)`` without it, as NumPy arrays (what checkpoints
-    store). Computed on the host: no program is compiled for it."""
-    params = jax.device_get(params)
-
-    def tied(table: np.ndarray) -> np.ndarray:
-        first = _first_tokens(backoff, table.shape[0])
-        out = np.array(table)
-        out[len(out) - len(first) :] += table[first]
-        return out
-
-    return {
-        module: {
-            name: tied(value) if name == "embeddings" else np.asarray(value)
-            for name, value in leaves.items()
+        return {
+            module: {name: tied(name, value) for name, value in leaves.items()}
+            for module, leaves in params.items()
         }
-        for module, leaves in params.items()
-    }
+
+    return tie
 
 
 def baseline(
@@ -120,14 +96,12 @@ def for_preset(
     impl: Impl = "solutions",
     train_ids: np.ndarray | None = None,
     train_mask: np.ndarray | None = None,
-    bigram_table: np.ndarray | None = None,
 ) -> tuple[ModelFuncs, ClassifierConfig | BaselineConfig, np.ndarray | None]:
     """The model a preset names, its config and (TF-IDF baselines) the idf weights, which
-    are fitted on ``train_ids``/``train_mask``. A ``bigram_backoff`` preset's classifier
-    backs its pair tokens off to their first tokens, read from the data's ``bigram_table``."""
+    are fitted on ``train_ids``/``train_mask``."""
     config = preset.model_config(vocab_size)
     if preset.architecture == TRANSFORMER:
-        return classifier(config, impl, backoff=backoff_for(preset, bigram_table)), config, None
+        return classifier(config, impl), config, None
     idf = None
     if getattr(config, "use_tfidf", False):
         idf = baselines.fit_baseline_idf(config, vocab_size, train_ids, train_mask, impl)
@@ -141,27 +115,21 @@ def init_for_preset(
     impl: Impl = "solutions",
     train_ids: np.ndarray | None = None,
     train_mask: np.ndarray | None = None,
-) -> tuple[ModelFuncs, ClassifierConfig | BaselineConfig, dict, np.ndarray | None]:
+) -> tuple[ModelFuncs, ClassifierConfig | BaselineConfig, dict, Callable | None]:
     """The model of ``preset`` for prepared ``data`` and its first parameters:
-    ``(funcs, config, params, backoff)``. ``train_ids``/``train_mask`` fit a TF-IDF
-    baseline's weights; ``backoff`` is :func:`backoff_for`'s (None without backoff), whose
-    residual rows start at zero."""
-    table = getattr(data, "bigram_table", None)
-    backoff = backoff_for(preset, table)
-    funcs, config, _ = for_preset(preset, data.vocab_size, impl, train_ids, train_mask, table)
-    zero_rows = 0 if backoff is None else len(backoff)  # each pair starts as its first token
-    params = init_params(funcs, seed, preset.seq_len, preset.embed_scale, zero_rows)
-    return funcs, config, params, backoff
-
-
-def backoff_for(preset: Preset, bigram_table: np.ndarray | None) -> np.ndarray | None:
-    """The ``backoff`` of :func:`classifier` for a preset: the pairs' first tokens
-    ``(K,)`` if it sets ``bigram_backoff``, else None."""
+    ``(funcs, config, params, tie)``. ``train_ids``/``train_mask`` fit a TF-IDF baseline's
+    weights. ``tie`` is None, or for a ``bigram_backoff`` preset the :func:`pair_tie` of the
+    data's pairs (pass it to ``train``): then ``params`` are the stored rows, whose pair
+    residuals start at zero, so that each pair starts out read as its first token."""
+    funcs, config, _ = for_preset(preset, data.vocab_size, impl, train_ids, train_mask)
     if not preset.bigram_backoff:
-        return None
-    if bigram_table is None:
+        return funcs, config, init_params(funcs, seed, preset.seq_len, preset.embed_scale), None
+    table = getattr(data, "bigram_table", None)
+    if table is None:
         raise ValueError("bigram_backoff needs the data's bigram table (bigram_tokens > 0)")
-    return np.asarray(bigram_table)[:, 0]
+    first = np.asarray(table)[:, 0]
+    params = init_params(funcs, seed, preset.seq_len, preset.embed_scale, len(first))
+    return funcs, config, params, pair_tie(first, data.vocab_size)
 
 
 def init_params(
@@ -177,8 +145,8 @@ def init_params(
     ``embed_scale`` multiplies the initial token embeddings (haiku draws them with standard
     deviation 1). A small scale (e.g. 0.1) lets the sinusoidal positions and the learned
     sentiment directions dominate early on; on IMDB it trains much faster. The last
-    ``zero_rows`` rows of the embedding table start at zero: with ``backoff`` they are the
-    pairs' residuals, so each pair starts out read as its first token.
+    ``zero_rows`` rows of the embedding table start at zero (the residuals of
+    :func:`pair_tie`: each pair starts out read as its first token).
     """
     return _init(funcs, key, min(8, max_len), embed_scale, zero_rows, isinstance(key, int))
 

@@ -71,13 +71,18 @@ def _loss_sum_and_grads(params, key, ids, mask, labels, weights, apply, objectiv
     return total, hits, grads
 
 
-def _mean_grads(params, key, ids, mask, labels, weights, apply, objective, micro=1):
-    """Gradient of the mean row loss of one batch; returns ``(grads, loss, n_correct)``."""
+def _mean_grads(params, key, ids, mask, labels, weights, apply, objective, micro=1, tie=None):
+    """Gradient of the mean row loss of one batch; returns ``(grads, loss, n_correct)``.
+
+    With ``tie`` the model reads ``tie(params)``: the micro-batches are run on those, and
+    their summed gradient is pulled back through the tie once."""
     weights = jnp.ones(labels.shape[:1], jnp.float32) if weights is None else weights
     weights = weights.astype(jnp.float32)
+    read, pull_back = jax.vjp(tie, params) if tie is not None else (params, None)
     total, hits, grads = _loss_sum_and_grads(
-        params, key, ids, mask, labels, weights, apply, objective, micro
+        read, key, ids, mask, labels, weights, apply, objective, micro
     )
+    grads = grads if tie is None else pull_back(grads)[0]
     count = jnp.maximum(weights.sum(), 1.0)
     return jax.tree_util.tree_map(lambda g: g / count, grads), total / count, hits
 
@@ -156,6 +161,7 @@ def _make_epoch_step(
     mesh,
     token_dropout: float = 0.0,
     ema_decay: float = 0.0,
+    tie: Callable | None = None,
 ) -> Callable:
     """The jitted epoch step: ``step(state, sums, key, data, plan..., js, valid, width,
     micro)`` runs the optimizer steps of batches ``js`` (a ``(K,)`` array; ``valid`` says
@@ -181,7 +187,7 @@ def _make_epoch_step(
             (ids, mask, labels, weights), shard
         )
         grads, loss, correct = _mean_grads(
-            params, step_key, ids, mask, labels, weights, model.model.apply, objective, micro
+            params, step_key, ids, mask, labels, weights, model.model.apply, objective, micro, tie
         )
         count = weights.sum()
         return grads, sums + jnp.stack([loss * count, correct, count])
@@ -268,6 +274,7 @@ def train(
     log: Callable[[str], None] | None = print,
     start: Progress | None = None,
     on_epoch: Callable[[Progress], None] | None = None,
+    tie: Callable[[hk.Params], hk.Params] | None = None,
 ) -> TrainResult:
     """Train ``params`` of ``model`` for ``settings.epochs`` epochs; returns the history.
 
@@ -290,6 +297,10 @@ def train(
     the trained ones (:func:`update_ema`). On a CPU each batch is cut into cache-sized
     micro-batches (``settings.micro_batch_cells``, same update). The optimizer defaults
     to :func:`make_optimizer` over the whole run.
+
+    ``tie`` (e.g. :func:`m2l_nlp.model.pair_tie`) trains ``params`` as stored rows that
+    ``model`` reads as ``tie(params)``; evaluation, the parameters returned and those of
+    the best epoch are ``model``'s, tied (one program), and ``on_epoch``'s state is stored.
     """
     settings = settings or TrainSettings()
     mesh = mesh or devices.make_mesh()
@@ -326,8 +337,13 @@ def train(
             )
     state = devices.put_replicated(state, mesh)
     step = _make_epoch_step(
-        model, optimizer, objective, mesh, settings.token_dropout, settings.ema_decay
+        model, optimizer, objective, mesh, settings.token_dropout, settings.ema_decay, tie
     )
+    tied = jax.jit(tie) if tie is not None else (lambda stored: stored)
+
+    def model_params(state: TrainState) -> hk.Params:
+        return tied(eval_params(state))
+
     cells = batching.resolve_micro_batch_cells(settings.micro_batch_cells)
     n_devices = mesh.devices.size
 
@@ -359,7 +375,7 @@ def train(
         if eval_data is not None:
             if (epoch + 1) % settings.eval_every == 0 or last:
                 result = evaluate(
-                    eval_params(state),
+                    model_params(state),
                     model,
                     eval_data,
                     objective=objective,
@@ -377,7 +393,7 @@ def train(
                 )
                 score = (result.accuracy, -result.loss)
                 if settings.keep_best and (best is None or score > best[0]):
-                    best = (score, epoch + 1, jax.device_get(eval_params(state)), result)
+                    best = (score, epoch + 1, jax.device_get(model_params(state)), result)
             else:
                 history[f"{eval_name}_loss"].append(math.nan)
                 history[f"{eval_name}_acc"].append(math.nan)
@@ -395,4 +411,4 @@ def train(
         return TrainResult(
             devices.put_replicated(best_params, mesh), history, best_result, best_epoch
         )
-    return TrainResult(eval_params(state), history, result, settings.epochs)
+    return TrainResult(model_params(state), history, result, settings.epochs)

@@ -23,14 +23,13 @@ BASE, PAIRS = 40, 10  # the tiny vocabulary of 50: 40 tokenizer ids, then 10 pai
 FIRST = np.array([5, 5, 7, 9, 11, 13, 20, 21, 30, 39], np.int32)  # each pair's first token
 
 
-def _backoff_model(tiny_config, seed=0):
-    """The tiny classifier with pair tokens that back off, and random (nonzero) parameters."""
-    funcs = models.classifier(tiny_config, backoff=FIRST)
-    params = models.init_params(funcs, seed, tiny_config.max_len, zero_rows=PAIRS)
+def _stored(tiny_model, tiny_config, seed=0):
+    """Stored rows of the tiny classifier with pair tokens: random (nonzero) residuals."""
+    params = models.init_params(tiny_model, seed, tiny_config.max_len, zero_rows=PAIRS)
     table = params["classifier/~/embedding/~/embed"]["embeddings"]
     residuals = jax.random.normal(jax.random.PRNGKey(seed + 1), table[BASE:].shape)
     params["classifier/~/embedding/~/embed"]["embeddings"] = table.at[BASE:].set(residuals)
-    return funcs, params
+    return params
 
 
 def test_init_params_zeroes_only_the_last_rows(tiny_model, tiny_config):
@@ -47,52 +46,55 @@ def test_init_params_zeroes_only_the_last_rows(tiny_model, tiny_config):
             np.testing.assert_array_equal(zeroed[module][name], want)
 
 
-def test_backoff_reads_a_pair_as_its_residual_plus_its_first_token(tiny_model, tiny_config):
-    funcs, params = _backoff_model(tiny_config)
+def test_pair_tie_reads_a_pair_as_its_residual_plus_its_first_token(tiny_model, tiny_config):
+    stored = _stored(tiny_model, tiny_config)
+    tie = models.pair_tie(FIRST, tiny_config.vocab_size)
     ids = np.array([[1, 41, 7, 49, 3, 40, 45, 0], [42, 2, 48, 39, 40, 4, 0, 0]], np.int32)
     mask = (np.arange(8)[None, :] < np.array([[7], [6]])).astype(np.int32)
-    tied = models.tie_pairs(params, FIRST)
-    table = params["classifier/~/embedding/~/embed"]["embeddings"]
+    table = stored["classifier/~/embedding/~/embed"]["embeddings"]
     want = np.asarray(table).copy()
     want[BASE:] += want[FIRST]
+    tied = tie(stored)
     np.testing.assert_allclose(tied["classifier/~/embedding/~/embed"]["embeddings"], want)
-    np.testing.assert_allclose(
-        funcs.predict_fw(params, ids, mask), tiny_model.predict_fw(tied, ids, mask), rtol=1e-5
-    )
+    for module, leaves in stored.items():  # nothing else changes
+        for name, value in leaves.items():
+            if name != "embeddings":
+                np.testing.assert_array_equal(tied[module][name], value)
     # without the tie the same parameters give another model
     assert not np.allclose(
-        funcs.predict_fw(params, ids, mask), tiny_model.predict_fw(params, ids, mask)
+        tiny_model.predict_fw(tied, ids, mask), tiny_model.predict_fw(stored, ids, mask)
     )
     # a pair whose residual is zero is read exactly as its first token
-    zeroed = jax.tree_util.tree_map(lambda x: x, params)
+    zeroed = jax.tree_util.tree_map(lambda x: x, stored)
     zeroed["classifier/~/embedding/~/embed"]["embeddings"] = table.at[BASE:].set(0.0)
     as_first = np.where(ids >= BASE, FIRST[np.clip(ids - BASE, 0, PAIRS - 1)], ids)
     np.testing.assert_allclose(
-        funcs.predict_fw(zeroed, ids, mask),
+        tiny_model.predict_fw(tie(zeroed), ids, mask),
         tiny_model.predict_fw(zeroed, as_first, mask),
         rtol=1e-5,
     )
 
 
-def test_a_pair_trains_its_first_tokens_row_only_with_backoff(tiny_model, tiny_config):
-    funcs, params = _backoff_model(tiny_config)
+def test_through_the_tie_a_pair_trains_its_first_tokens_row(tiny_model, tiny_config):
+    stored = _stored(tiny_model, tiny_config)
+    tie = models.pair_tie(FIRST, tiny_config.vocab_size)
     ids = np.array([[1, 2, 42, 3]], np.int32)  # pair 2, first token 7; token 7 itself absent
     mask = np.ones_like(ids)
 
-    def row_grad(model):
+    def row_grad(read):
         def loss(p):
-            return model.model_fw.apply(p, ids, mask).sum()
+            return tiny_model.model_fw.apply(read(p), ids, mask).sum()
 
-        grads = jax.grad(loss)(params)["classifier/~/embedding/~/embed"]["embeddings"]
+        grads = jax.grad(loss)(stored)["classifier/~/embedding/~/embed"]["embeddings"]
         return np.abs(np.asarray(grads)).sum(axis=1)
 
-    with_backoff, without = row_grad(funcs), row_grad(tiny_model)
-    assert with_backoff[7] > 0 and without[7] == 0
-    assert with_backoff[42] > 0 and without[42] > 0
-    assert with_backoff[8] == 0  # a token that is neither read nor backed off to
+    with_tie, without = row_grad(tie), row_grad(lambda p: p)
+    assert with_tie[7] > 0 and without[7] == 0
+    assert with_tie[42] > 0 and without[42] > 0
+    assert with_tie[8] == 0  # a token that is neither read nor backed off to
 
 
 def test_backoff_must_name_tokenizer_ids(tiny_config):
     for bad in (np.array([48, 1]), np.array([-1]), np.zeros((2, 2), np.int32)):
         with pytest.raises(ValueError, match="backoff must list"):
-            models.classifier(tiny_config, backoff=bad)
+            models.pair_tie(bad, tiny_config.vocab_size)

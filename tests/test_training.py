@@ -78,6 +78,69 @@ def test_micro_batched_step_makes_the_same_update(tiny_config, tiny_params, rand
     )
 
 
+BASE, FIRST = 40, np.array([5, 5, 7, 9, 11, 13, 20, 21, 30, 39], np.int32)  # 10 pair tokens
+
+
+@pytest.mark.parametrize("micro", [1, 4])
+def test_a_tied_batch_gets_the_gradient_of_the_tied_model(tiny_config, tiny_params, micro):
+    """With ``tie``, the micro-batches run on the tied parameters and their gradient is
+    pulled back once: the gradient of the mean loss of ``apply(tie(stored))``."""
+    model = models.classifier(dataclasses.replace(tiny_config, p_dropout=0.0))
+    tie = models.pair_tie(FIRST, tiny_config.vocab_size)
+    rng = np.random.default_rng(4)
+    ids = rng.integers(1, tiny_config.vocab_size, (8, 16)).astype(np.int32)  # pairs included
+    mask = (np.arange(16)[None, :] < rng.integers(2, 17, (8, 1))).astype(np.int32)
+    labels = rng.integers(0, 2, 8).astype(np.int32)
+    weights = np.array([1, 1, 0, 1, 1, 1, 0, 1], np.float32)
+    key = jax.random.PRNGKey(1)
+
+    def mean_loss(stored):
+        logits = model.model.apply(tie(stored), key, ids, mask, True)
+        return (metrics.BINARY.row_loss(logits, labels) * weights).sum() / weights.sum()
+
+    want = jax.grad(mean_loss)(tiny_params)
+    grads, loss, _ = training._mean_grads(
+        tiny_params, key, ids, mask, labels, weights, model.model.apply, metrics.BINARY,
+        micro, tie,
+    )  # fmt: skip
+    assert float(loss) == pytest.approx(float(mean_loss(tiny_params)), rel=1e-5)
+    table = lambda g: np.asarray(g["classifier/~/embedding/~/embed"]["embeddings"])
+    assert np.abs(table(want)[FIRST]).sum() > 0
+    jax.tree_util.tree_map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), grads, want
+    )
+    untied, _, _ = training._mean_grads(
+        tiny_params, key, ids, mask, labels, weights, model.model.apply, metrics.BINARY, micro
+    )
+    assert not np.allclose(table(untied), table(want), atol=1e-6)  # the tie matters here
+
+
+def test_train_with_a_tie_evaluates_and_returns_the_tied_parameters(
+    tiny_model, tiny_config, tiny_params, signal_split
+):
+    tie = models.pair_tie(FIRST, tiny_config.vocab_size)
+    val_split = signal_split(64, seed=7)
+    settings = TrainSettings(
+        epochs=2, batch_size=16, learning_rate=1e-2, crop_len=32, seed=3, keep_best=False
+    )
+    done = []
+    result = training.train(
+        tiny_model, tiny_params, signal_split(128, seed=6), settings, eval_data=val_split,
+        progress=False, log=None, tie=tie, on_epoch=done.append,
+    )  # fmt: skip
+    tree = jax.tree_util.tree_structure(tiny_params)
+    stored = jax.tree_util.tree_unflatten(tree, done[-1].state[: tree.num_leaves])
+    jax.tree_util.tree_map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-6), result.params, tie(stored)
+    )
+    again = evaluation.evaluate(result.params, tiny_model, val_split, window=32)
+    assert again.accuracy == result.eval_result.accuracy
+    assert again.loss == pytest.approx(result.eval_result.loss, rel=1e-5)
+    assert again.loss != pytest.approx(
+        evaluation.evaluate(stored, tiny_model, val_split, window=32).loss, rel=1e-3
+    )
+
+
 # ----------------------------------------------------------------------------- the loop
 
 
