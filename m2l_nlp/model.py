@@ -20,7 +20,6 @@ from typing import Any
 
 import haiku as hk
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from m2l_nlp import baselines
@@ -54,7 +53,8 @@ def pair_tie(backoff: np.ndarray, vocab_size: int) -> Callable[[hk.Params], hk.P
     its first token, so what is learnt about "great" also reaches "great acting". The
     students' modules are unchanged: :func:`m2l_nlp.training.train` trains the stored rows
     through ``tie=`` (the gradient is pulled back through it once per step) and returns the
-    classifier's parameters, which checkpoints store. Traceable: it runs inside the step.
+    classifier's parameters, which checkpoints store. It runs inside the step on traced
+    arrays, and on NumPy arrays on the host, where it compiles nothing.
     """
     first = np.asarray(backoff)
     base = vocab_size - len(first)
@@ -66,10 +66,14 @@ def pair_tie(backoff: np.ndarray, vocab_size: int) -> Callable[[hk.Params], hk.P
     first = first.astype(np.int32)
 
     def tie(params: hk.Params) -> hk.Params:
-        def tied(name: str, table: jax.Array) -> jax.Array:
+        def tied(name: str, table: Any) -> Any:
             if name != "embeddings" or table.shape[0] != vocab_size:
                 return table
-            return jnp.asarray(table).at[base:].add(jnp.asarray(table)[first])
+            if isinstance(table, np.ndarray):  # on the host: no program is compiled
+                out = table.copy()
+                out[base:] += table[first]
+                return out
+            return table.at[base:].add(table[first])
 
         return {
             module: {name: tied(name, value) for name, value in leaves.items()}

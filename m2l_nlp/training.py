@@ -95,14 +95,6 @@ def _apply_grads(state, grads, optimizer, ema_decay=0.0):
     return update_ema(state, ema_decay) if ema_decay > 0 else state
 
 
-def _update(state, key, ids, mask, labels, weights, model, optimizer, objective, micro=1):
-    """Gradient step on one batch; returns ``(state, loss, n_correct)`` (weighted)."""
-    grads, loss, hits = _mean_grads(
-        state.params, key, ids, mask, labels, weights, model.model.apply, objective, micro
-    )
-    return _apply_grads(state, grads, optimizer), loss, hits
-
-
 @functools.partial(
     jax.jit, static_argnames=("model", "optimizer", "objective", "micro"), donate_argnames="state"
 )
@@ -128,7 +120,10 @@ def train_step(
 
     Returns ``(new_state, mean loss, number of correct predictions)``.
     """
-    return _update(state, key, ids, mask, labels, weights, model, optimizer, objective, micro)
+    grads, loss, hits = _mean_grads(
+        state.params, key, ids, mask, labels, weights, model.model.apply, objective, micro
+    )
+    return _apply_grads(state, grads, optimizer), loss, hits
 
 
 class TrainResult(NamedTuple):
@@ -300,7 +295,7 @@ def train(
 
     ``tie`` (e.g. :func:`m2l_nlp.model.pair_tie`) trains ``params`` as stored rows that
     ``model`` reads as ``tie(params)``; evaluation, the parameters returned and those of
-    the best epoch are ``model``'s, tied (one program), and ``on_epoch``'s state is stored.
+    the best epoch are ``model``'s (tied on the host), and ``on_epoch``'s state is stored.
     """
     settings = settings or TrainSettings()
     mesh = mesh or devices.make_mesh()
@@ -339,10 +334,9 @@ def train(
     step = _make_epoch_step(
         model, optimizer, objective, mesh, settings.token_dropout, settings.ema_decay, tie
     )
-    tied = jax.jit(tie) if tie is not None else (lambda stored: stored)
 
-    def model_params(state: TrainState) -> hk.Params:
-        return tied(eval_params(state))
+    def model_params(state: TrainState) -> hk.Params:  # tied on the host: no program
+        return eval_params(state) if tie is None else tie(jax.device_get(eval_params(state)))
 
     cells = batching.resolve_micro_batch_cells(settings.micro_batch_cells)
     n_devices = mesh.devices.size
@@ -411,4 +405,5 @@ def train(
         return TrainResult(
             devices.put_replicated(best_params, mesh), history, best_result, best_epoch
         )
-    return TrainResult(model_params(state), history, result, settings.epochs)
+    params = devices.put_replicated(model_params(state), mesh) if tie else eval_params(state)
+    return TrainResult(params, history, result, settings.epochs)

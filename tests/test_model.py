@@ -56,6 +56,9 @@ def test_pair_tie_reads_a_pair_as_its_residual_plus_its_first_token(tiny_model, 
     want[BASE:] += want[FIRST]
     tied = tie(stored)
     np.testing.assert_allclose(tied["classifier/~/embedding/~/embed"]["embeddings"], want)
+    on_host = tie(jax.device_get(stored))  # NumPy in, NumPy out: nothing compiled
+    assert isinstance(on_host["classifier/~/embedding/~/embed"]["embeddings"], np.ndarray)
+    np.testing.assert_allclose(on_host["classifier/~/embedding/~/embed"]["embeddings"], want)
     for module, leaves in stored.items():  # nothing else changes
         for name, value in leaves.items():
             if name != "embeddings":
