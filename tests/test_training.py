@@ -141,6 +141,45 @@ def test_train_with_a_tie_evaluates_and_returns_the_tied_parameters(
     )
 
 
+@pytest.mark.parametrize("steps_per_call", [1, 2])
+def test_a_tie_trains_as_a_model_that_ties_in_its_forward(
+    tiny_model, tiny_config, tiny_params, signal_split, steps_per_call
+):
+    """``train(..., tie=)`` (the tie pulled back once per step, over micro-batches) trains
+    the stored rows as a model that ties them in every forward pass (a haiku custom getter)
+    does, and returns that model's tied parameters."""
+    from m2l_nlp.impl import practical_namespace
+
+    tie = models.pair_tie(FIRST, tiny_config.vocab_size)
+    practical = practical_namespace(models.PRACTICAL, "solutions")
+
+    def tie_table(next_getter, value, context):
+        if context.name == "embeddings":
+            value = tie({"embed": {"embeddings": value}})["embed"]["embeddings"]
+        return next_getter(value)
+
+    def tied_forward(ids, mask, is_train=True):
+        with hk.custom_getter(tie_table):
+            return practical.classifier_forward(ids, mask, is_train, config=tiny_config)
+
+    settings = TrainSettings(
+        epochs=2, batch_size=16, learning_rate=1e-2, crop_len=32, seed=3,
+        micro_batch_cells=4096, steps_per_call=steps_per_call,  # 4 micro-batches per step
+    )  # fmt: skip
+    run = lambda model, **kw: training.train(
+        model, tiny_params, signal_split(64, seed=6), settings, progress=False, log=None,
+        optimizer=optax.sgd(0.3),  # Adam would blow float noise in zero gradients up to steps
+        **kw,
+    )  # fmt: skip
+    ours, reference = run(tiny_model, tie=tie), run(funcs_from_stateful(tied_forward))
+    np.testing.assert_allclose(ours.history["loss"], reference.history["loss"], rtol=1e-5)
+    jax.tree_util.tree_map(
+        lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6),
+        ours.params,
+        tie(jax.device_get(reference.params)),
+    )
+
+
 # ----------------------------------------------------------------------------- the loop
 
 
