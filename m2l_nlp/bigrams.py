@@ -16,7 +16,7 @@ keeps a vector of its own next to those of its phrases, where merging spreads wh
 about "great" over "great film", "great acting" and every other pair that starts with it.
 (On our validation split it did not beat merging; see docs/results.md.) A preset's
 ``bigram_backoff`` keeps the merged sequence and gives each pair its first token's vector
-as well (:func:`m2l_nlp.model.classifier`, ``backoff=``).
+as well (:func:`m2l_nlp.model.pair_tie`).
 
 Ids: ``0 .. base - 1`` are the tokenizer's; ``base + k`` is pair ``k`` of the table. The
 table is ``(K, 2)`` int32, sorted, and saved with the tokenizer.

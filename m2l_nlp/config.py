@@ -198,7 +198,7 @@ class Preset:
     bigram_tokens: int = 0  # > 0: that many frequent token pairs as extra tokens (m2l_nlp.bigrams)
     bigram_mode: str = "merge"  # "merge": a pair replaces its first token; "interleave": follows it
     # True (merge mode): the model reads each pair token as its own residual row plus its
-    # first token's row (m2l_nlp.model.classifier's backoff); checkpoints store the sum
+    # first token's row (m2l_nlp.model.pair_tie); checkpoints store the sum
     bigram_backoff: bool = False
     # True: a run that reports test accuracy trains on the whole training split, validation
     # reviews included, for the preset's epochs (chosen beforehand by --no-test runs, which
