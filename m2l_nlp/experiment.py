@@ -25,7 +25,8 @@ from m2l_nlp.config import Preset
 from m2l_nlp.data import split_validation
 from m2l_nlp.evaluation import evaluate
 from m2l_nlp.metrics import EvalResult
-from m2l_nlp.training import Progress, train
+from m2l_nlp.runs import Progress
+from m2l_nlp.training import train
 from m2l_nlp.transform import ModelFuncs
 
 

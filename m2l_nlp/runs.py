@@ -30,11 +30,14 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 from m2l_nlp.fileio import atomic_file, write_json_atomic
+
+if TYPE_CHECKING:
+    from m2l_nlp.metrics import EvalResult
 
 MARKER = "run.json"
 PROGRESS = "progress.json"
@@ -309,8 +312,24 @@ def _result_from_json(saved: dict[str, Any] | None) -> Any:
     return EvalResult(saved["accuracy"], saved["loss"], confusion, saved["count"])
 
 
-def progress_to_save(progress: Any) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """A :class:`m2l_nlp.training.Progress` as JSON-able ``info`` and named arrays."""
+class Progress(NamedTuple):
+    """The training loop (:func:`m2l_nlp.training.train`) after a completed epoch, on the
+    host: enough to continue it exactly.
+
+    ``state`` and the best epoch's parameters are flat lists of arrays (the leaves of the
+    :class:`~m2l_nlp.optim.TrainState` and of the params, in ``jax.tree_util`` order), so
+    that they can be saved as plain arrays (:func:`progress_to_save`).
+    """
+
+    epoch: int  # epochs completed
+    state: list[np.ndarray]
+    history: dict[str, list[float]]
+    best: tuple[tuple[float, float], int, list[np.ndarray], EvalResult] | None = None
+    result: EvalResult | None = None  # the last evaluation
+
+
+def progress_to_save(progress: Progress) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """A :class:`Progress` as JSON-able ``info`` and named arrays."""
     arrays = {f"state_{i}": x for i, x in enumerate(progress.state)}
     best = None
     if progress.best is not None:
@@ -328,10 +347,8 @@ def progress_to_save(progress: Any) -> tuple[dict[str, Any], dict[str, np.ndarra
     return info, arrays
 
 
-def progress_from_saved(info: dict[str, Any], arrays: dict[str, np.ndarray]) -> Any:
-    """The :class:`m2l_nlp.training.Progress` that :func:`progress_to_save` saved."""
-    from m2l_nlp.training import Progress
-
+def progress_from_saved(info: dict[str, Any], arrays: dict[str, np.ndarray]) -> Progress:
+    """The :class:`Progress` that :func:`progress_to_save` saved."""
     state = [arrays[f"state_{i}"] for i in range(info["state_count"])]
     best = info["best"]
     if best is not None:

@@ -36,6 +36,7 @@ from m2l_nlp.data import Split
 from m2l_nlp.evaluation import evaluate
 from m2l_nlp.metrics import EvalResult, Objective
 from m2l_nlp.optim import TrainState, eval_params, init_state, make_optimizer, update_ema
+from m2l_nlp.runs import Progress
 from m2l_nlp.transform import ModelFuncs
 
 
@@ -239,21 +240,6 @@ def _make_epoch_step(
     return step
 
 
-class Progress(NamedTuple):
-    """The loop after a completed epoch, on the host: enough to continue it exactly.
-
-    ``state`` and the best epoch's parameters are flat lists of arrays (the leaves of the
-    :class:`~m2l_nlp.optim.TrainState` and of the params, in ``jax.tree_util`` order), so
-    that they can be saved as plain arrays (:mod:`m2l_nlp.runs`).
-    """
-
-    epoch: int  # epochs completed
-    state: list[np.ndarray]
-    history: dict[str, list[float]]
-    best: tuple[tuple[float, float], int, list[np.ndarray], EvalResult] | None = None
-    result: EvalResult | None = None  # the last evaluation
-
-
 def train(
     model: ModelFuncs,
     params: hk.Params,
@@ -323,13 +309,8 @@ def train(
         history = {name: list(values) for name, values in start.history.items()}
         if start.best is not None:
             score, epoch, leaves, best_result = start.best
-            params_tree = jax.tree_util.tree_structure(params)
-            best = (
-                tuple(score),
-                epoch,
-                jax.tree_util.tree_unflatten(params_tree, leaves),
-                best_result,
-            )
+            kept = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(params), leaves)
+            best = (tuple(score), epoch, kept, best_result)
     state = devices.put_replicated(state, mesh)
     step = _make_epoch_step(
         model, optimizer, objective, mesh, settings.token_dropout, settings.ema_decay, tie
@@ -368,8 +349,9 @@ def train(
         last = epoch + 1 == settings.epochs
         if eval_data is not None:
             if (epoch + 1) % settings.eval_every == 0 or last:
+                now = model_params(state)  # once: tying on the host copies the table
                 result = evaluate(
-                    model_params(state),
+                    now,
                     model,
                     eval_data,
                     objective=objective,
@@ -387,7 +369,7 @@ def train(
                 )
                 score = (result.accuracy, -result.loss)
                 if settings.keep_best and (best is None or score > best[0]):
-                    best = (score, epoch + 1, jax.device_get(model_params(state)), result)
+                    best = (score, epoch + 1, jax.device_get(now), result)
             else:
                 history[f"{eval_name}_loss"].append(math.nan)
                 history[f"{eval_name}_acc"].append(math.nan)
