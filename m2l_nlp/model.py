@@ -80,7 +80,6 @@ def pair_tie(backoff: np.ndarray, vocab_size: int) -> Callable[[hk.Params], hk.P
             for module, leaves in params.items()
         }
 
-    tie.first, tie.base = first, base  # for pair dropout (m2l_nlp.training)
     return tie
 
 

@@ -158,7 +158,6 @@ def _make_epoch_step(
     token_dropout: float = 0.0,
     ema_decay: float = 0.0,
     tie: Callable | None = None,
-    pair_dropout: float = 0.0,
 ) -> Callable:
     """The jitted epoch step: ``step(state, sums, key, data, plan..., js, valid, width,
     micro)`` runs the optimizer steps of batches ``js`` (a ``(K,)`` array; ``valid`` says
@@ -180,11 +179,6 @@ def _make_epoch_step(
         if token_dropout > 0:  # word dropout: hidden tokens become padding
             mask = mask * jax.random.bernoulli(drop_key, 1 - token_dropout, mask.shape)
             ids = ids * mask
-        if pair_dropout > 0:  # a dropped pair token is read as its first token
-            pair = ids - tie.base
-            pair_key = jax.random.fold_in(drop_key, 1)  # the other keys stay as they were
-            dropped = (pair >= 0) & jax.random.bernoulli(pair_key, pair_dropout, ids.shape)
-            ids = jnp.where(dropped, jnp.asarray(tie.first)[jnp.maximum(pair, 0)], ids)
         ids, mask, labels, weights = jax.lax.with_sharding_constraint(
             (ids, mask, labels, weights), shard
         )
@@ -318,17 +312,8 @@ def train(
             kept = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(params), leaves)
             best = (tuple(score), epoch, kept, best_result)
     state = devices.put_replicated(state, mesh)
-    if settings.pair_dropout > 0 and getattr(tie, "first", None) is None:
-        raise ValueError("pair_dropout needs pair tokens that back off: set bigram_backoff=true")
     step = _make_epoch_step(
-        model,
-        optimizer,
-        objective,
-        mesh,
-        settings.token_dropout,
-        settings.ema_decay,
-        tie,
-        settings.pair_dropout,
+        model, optimizer, objective, mesh, settings.token_dropout, settings.ema_decay, tie
     )
 
     def model_params(state: TrainState) -> hk.Params:  # tied on the host: no program
