@@ -108,16 +108,7 @@ def main(argv: list[str] | None = None) -> int:
         tie=tie,
     )
     for name, split in (("random", random_split), ("film blocks", block_split)):
-        scored = evaluate(
-            result.params,
-            funcs,
-            split,
-            window=settings.crop_len,
-            batch_size=settings.eval_batch_size,
-            micro_batch_cells=settings.micro_batch_cells,
-            mesh=mesh,
-            progress=False,
-        )
+        scored = evaluate(result.params, funcs, split, settings=settings, mesh=mesh)
         print(f"{name}: accuracy {scored.accuracy:.2%}, loss {scored.loss:.4f}", flush=True)
     print(f"{time.perf_counter() - start:.0f} s")
     return 0

@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from m2l_nlp import batching, devices, metrics
 from m2l_nlp.batching import DeviceData
+from m2l_nlp.config import TrainSettings
 from m2l_nlp.metrics import EvalResult, Objective
 from m2l_nlp.transform import ModelFuncs
 
@@ -132,13 +133,19 @@ def evaluate(
     progress: bool = False,
     desc: str = "evaluate",
     micro_batch_cells: int | None = None,
+    settings: TrainSettings | None = None,
 ) -> EvalResult:
     """Accuracy, mean loss and (binary tasks) confusion matrix of ``model`` on a whole split.
 
     ``data`` is :class:`~m2l_nlp.batching.DeviceData` or ``(ids, mask, labels)`` NumPy
     arrays. Every example is counted exactly once (the last partial batch too). ``window``:
-    see :func:`predict_logits` (None: read each review from its start).
+    see :func:`predict_logits` (None: read each review from its start). ``settings``: read
+    the split as a run with these training settings does (windows of ``crop_len``,
+    ``eval_batch_size``, ``micro_batch_cells``), in place of those three arguments.
     """
+    if settings is not None:
+        window, batch_size = settings.crop_len, settings.eval_batch_size
+        micro_batch_cells = settings.micro_batch_cells
     mesh = mesh or devices.make_mesh()
     if not isinstance(data, DeviceData):
         data = batching.put_data(*data, mesh=mesh, binary=objective.binary)

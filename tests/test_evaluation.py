@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from m2l_nlp import batching, evaluation
+from m2l_nlp.config import TrainSettings
 
 
 def reference_logits(model, params, ids, mask):
@@ -75,3 +76,19 @@ def test_evaluate_with_a_window_averages_window_logits(tiny_model, tiny_params, 
     np.add.at(expected, (labels, (mean > 0).astype(int)), 1)
     np.testing.assert_array_equal(result.confusion, expected)
     assert result.count == 23
+
+
+def test_evaluate_with_settings_reads_the_split_as_a_run_with_them(
+    tiny_model, tiny_params, random_split
+):
+    model, params = tiny_model, tiny_params
+    split = random_split(23, seed=8)  # lengths up to 48
+    settings = TrainSettings(crop_len=16, eval_batch_size=8, micro_batch_cells=4000)
+    run_like = evaluation.evaluate(params, model, split, settings=settings)
+    spelled = evaluation.evaluate(
+        params, model, split, window=16, batch_size=8, micro_batch_cells=4000
+    )
+    whole = evaluation.evaluate(params, model, split, batch_size=8)
+    assert run_like.loss == spelled.loss
+    np.testing.assert_array_equal(run_like.confusion, spelled.confusion)
+    assert run_like.loss != pytest.approx(whole.loss, rel=1e-4)  # the window was used
