@@ -98,20 +98,19 @@ def test_a_tied_batch_gets_the_gradient_of_the_tied_model(tiny_config, tiny_para
         logits = model.model.apply(tie(stored), key, ids, mask, True)
         return (metrics.BINARY.row_loss(logits, labels) * weights).sum() / weights.sum()
 
-    want = jax.grad(mean_loss)(tiny_params)
-    grads, loss, _ = training._mean_grads(
-        tiny_params, key, ids, mask, labels, weights, model.model.apply, metrics.BINARY,
-        micro, tie,
-    )  # fmt: skip
-    assert float(loss) == pytest.approx(float(mean_loss(tiny_params)), rel=1e-5)
+    def mean_grads(stored, tie):  # jitted: one program, not an operation at a time
+        batch = (ids, mask, labels, weights, model.model.apply, metrics.BINARY, micro, tie)
+        return training._mean_grads(stored, key, *batch)
+
+    want = jax.jit(jax.grad(mean_loss))(tiny_params)
+    grads, loss, _ = jax.jit(mean_grads, static_argnums=1)(tiny_params, tie)
+    assert float(loss) == pytest.approx(float(jax.jit(mean_loss)(tiny_params)), rel=1e-5)
     table = lambda g: np.asarray(g["classifier/~/embedding/~/embed"]["embeddings"])
     assert np.abs(table(want)[FIRST]).sum() > 0
     jax.tree_util.tree_map(
         lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), grads, want
     )
-    untied, _, _ = training._mean_grads(
-        tiny_params, key, ids, mask, labels, weights, model.model.apply, metrics.BINARY, micro
-    )
+    untied, _, _ = jax.jit(mean_grads, static_argnums=1)(tiny_params, None)
     assert not np.allclose(table(untied), table(want), atol=1e-6)  # the tie matters here
 
 
