@@ -29,13 +29,19 @@ for flag, value in (("xla_gpu_deterministic_ops", "true"), ("xla_backend_optimiz
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _share_compiled_programs(tmp_path_factory):
+def _share_compiled_programs(request, tmp_path_factory):
     """Within this test session, every program compiled is kept in a temporary folder that
     the parallel workers share: the many tests that build the same reference model or the
     same step (each its own jitted function, so no in-memory cache can serve them) load it
     instead of compiling it again. Nothing outside the session's temporary folder is written,
-    and a fresh clone's first run benefits as much as any."""
+    and a fresh clone's first run benefits as much as any. A run of graded checks alone (a
+    student's) keeps the grader's folder on disk instead, so that the next run is quick."""
     import jax
+
+    from m2l_nlp.grading.pytest_plugin import graded_only
+
+    if graded_only(request.session):
+        return
 
     base = tmp_path_factory.getbasetemp()
     shared = base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base

@@ -954,3 +954,15 @@ def test_a_run_that_grades_nothing_says_how_to_select(where, args, advice):
     assert proc.returncode == pytest.ExitCode.NO_TESTS_COLLECTED, proc.stdout[-2000:]
     assert f"no graded check ran: {advice}" in proc.stdout, proc.stdout[-2000:]
     assert "multihead_attention" in proc.stdout
+
+
+def test_a_graded_run_keeps_its_programs_on_disk_for_the_next_run(tmp_path, monkeypatch):
+    """A student's `pytest -m <exercise>` stores its compiled programs in the data cache, so
+    that the next run loads them; the library tests' own temporary folder does not take over."""
+    root = _copy_repo(tmp_path, exercises_from_solutions=True)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("M2L_NLP_CACHE", str(cache))
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)  # as a student has it
+    run = _pytest(root, "-m", "scaled_dot_product")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert len(list((cache / "jax").glob("*"))) >= 5  # the checks' programs, each a file

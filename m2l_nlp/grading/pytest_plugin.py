@@ -175,9 +175,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.timeout(timeout))
 
 
+def graded_only(session: pytest.Session) -> bool:
+    """Whether ``session`` runs graded checks and nothing else (a student's run): then its
+    compiled programs are kept on disk for the next run."""
+    return bool(session.items) and all(item.get_closest_marker("graded") for item in session.items)
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     session.config.stash[SELECTED] = len(session.items)
-    if session.items and all(item.get_closest_marker("graded") for item in session.items):
+    if graded_only(session):
         _keep_compiled_programs()
 
 
