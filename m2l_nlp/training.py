@@ -319,6 +319,8 @@ def train(
     def model_params(state: TrainState) -> hk.Params:  # tied on the host: no program
         return eval_params(state) if tie is None else tie(jax.device_get(eval_params(state)))
 
+    now = None  # model_params of the last epoch, which is always evaluated if any is
+
     cells = batching.resolve_micro_batch_cells(settings.micro_batch_cells)
     n_devices = mesh.devices.size
 
@@ -385,5 +387,8 @@ def train(
         return TrainResult(
             devices.put_replicated(best_params, mesh), history, best_result, best_epoch
         )
-    params = devices.put_replicated(model_params(state), mesh) if tie else eval_params(state)
+    if tie is None:
+        params = eval_params(state)
+    else:  # the last evaluation's copy, if there was one: tying copies the whole table
+        params = devices.put_replicated(model_params(state) if now is None else now, mesh)
     return TrainResult(params, history, result, settings.epochs)
