@@ -98,8 +98,6 @@ class TrainSettings:
     clip_norm: float = 1.0  # global gradient-norm clipping (0: none)
     crop_len: int = 256  # training windows: a random crop of this many tokens
     token_dropout: float = 0.0  # training only: hide this fraction of tokens (word dropout)
-    # training only: hide this fraction of each review's distinct ids, every occurrence
-    type_dropout: float = 0.0
     ema_decay: float = 0.0  # > 0: evaluate and keep a moving average of the parameters
     eval_every: int = 1  # evaluate every k epochs (and always after the last)
     keep_best: bool = True  # with eval data: return the epoch with the best eval accuracy
@@ -118,9 +116,8 @@ class TrainSettings:
         for name in (*positive, "steps_per_call"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
-        for name in ("token_dropout", "type_dropout"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ValueError(f"{name} must be in [0, 1), not {getattr(self, name)}")
+        if not 0 <= self.token_dropout < 1:
+            raise ValueError(f"token_dropout must be in [0, 1), not {self.token_dropout}")
         if self.micro_batch_cells is not None and self.micro_batch_cells < 0:
             raise ValueError(
                 f"micro_batch_cells must be >= 0 or None, not {self.micro_batch_cells}"

@@ -127,17 +127,6 @@ def train_step(
     return _apply_grads(state, grads, optimizer), loss, hits
 
 
-def _hide_types(key: jax.Array, ids: jax.Array, mask: jax.Array, rate: float) -> jax.Array:
-    """``mask (B, W)`` with every occurrence of about ``rate`` of each row's distinct ids
-    hidden (type dropout). Each row draws a salt; an id is hidden where a hash of the id and
-    the salt falls below ``rate``, so all its positions in the row go together."""
-    h = ids.astype(jnp.uint32) ^ jax.random.bits(key, (ids.shape[0], 1), jnp.uint32)
-    for shift, factor in ((16, 0x85EBCA6B), (13, 0xC2B2AE35)):  # MurmurHash3's finaliser
-        h = (h ^ (h >> shift)) * jnp.uint32(factor)
-    h = h ^ (h >> 16)
-    return mask * (h >= jnp.uint32(int(rate * 2**32)))
-
-
 class TrainResult(NamedTuple):
     """Final parameters and the per-epoch history (lists keyed by metric name)."""
 
@@ -169,7 +158,6 @@ def _make_epoch_step(
     token_dropout: float = 0.0,
     ema_decay: float = 0.0,
     tie: Callable | None = None,
-    type_dropout: float = 0.0,
 ) -> Callable:
     """The jitted epoch step: ``step(state, sums, key, data, plan..., js, valid, width,
     micro)`` runs the optimizer steps of batches ``js`` (a ``(K,)`` array; ``valid`` says
@@ -190,9 +178,6 @@ def _make_epoch_step(
         step_key, drop_key = jax.random.split(jax.random.fold_in(key, j))
         if token_dropout > 0:  # word dropout: hidden tokens become padding
             mask = mask * jax.random.bernoulli(drop_key, 1 - token_dropout, mask.shape)
-        if type_dropout > 0:  # every occurrence of a fraction of each review's ids
-            mask = _hide_types(jax.random.fold_in(drop_key, 1), ids, mask, type_dropout)
-        if token_dropout > 0 or type_dropout > 0:
             ids = ids * mask
         ids, mask, labels, weights = jax.lax.with_sharding_constraint(
             (ids, mask, labels, weights), shard
@@ -328,14 +313,7 @@ def train(
             best = (tuple(score), epoch, kept, best_result)
     state = devices.put_replicated(state, mesh)
     step = _make_epoch_step(
-        model,
-        optimizer,
-        objective,
-        mesh,
-        settings.token_dropout,
-        settings.ema_decay,
-        tie,
-        settings.type_dropout,
+        model, optimizer, objective, mesh, settings.token_dropout, settings.ema_decay, tie
     )
 
     def model_params(state: TrainState) -> hk.Params:  # tied on the host: no program
