@@ -18,14 +18,8 @@ about "great" over "great film", "great acting" and every other pair that starts
 ``bigram_backoff`` keeps the merged sequence and gives each pair its first token's vector
 as well (:func:`m2l_nlp.model.pair_tie`).
 
-A second round of merging (a preset's ``phrase_tokens``, merge mode only) makes the most
-frequent pairs of neighbouring *merged* ids tokens too: a merged id at ``i`` names tokens
-``i`` and ``i + 1``, so a pair of two of them names ``i`` to ``i + 2``, a three-token phrase.
-Their ids follow the pairs'; with the backoff a phrase reads its pair's row (or its token's).
-
-Ids: ``0 .. base - 1`` are the tokenizer's; ``base + k`` is pair ``k`` of the table;
-``base + K + j`` is phrase ``j``. Each table is ``(K, 2)`` int32, sorted, and saved with
-the tokenizer.
+Ids: ``0 .. base - 1`` are the tokenizer's; ``base + k`` is pair ``k`` of the table. The
+table is ``(K, 2)`` int32, sorted, and saved with the tokenizer.
 """
 
 from __future__ import annotations
@@ -36,7 +30,6 @@ import numpy as np
 
 TABLE_FILE = "bigrams.npy"
 MODE_FILE = "bigram_mode.txt"  # beside the table; absent: "merge"
-PHRASE_FILE = "phrases.npy"  # the second round's table, if any
 MODES = ("merge", "interleave")
 
 
@@ -76,10 +69,9 @@ def fit_bigram_table(ids: np.ndarray, mask: np.ndarray, size: int, base: int) ->
     return np.stack([keep // base, keep % base], axis=1).astype(np.int32)
 
 
-def vocab_size_with_bigrams(base: int, table: np.ndarray, phrases: np.ndarray | None = None) -> int:
-    """Embedding rows needed: the tokenizer's ``base`` ids, then one per pair of the table,
-    then one per phrase."""
-    return base + len(table) + (0 if phrases is None else len(phrases))
+def vocab_size_with_bigrams(base: int, table: np.ndarray) -> int:
+    """Embedding rows needed: the tokenizer's ``base`` ids, then one per pair of the table."""
+    return base + len(table)
 
 
 def merge_bigram_tokens(
@@ -143,40 +135,22 @@ def apply_bigram_tokens(
     base: int,
     mode: str = "merge",
     seq_len: int | None = None,
-    phrases: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Ids and mask with the pair tokens of ``table`` added the ``mode`` way (see above),
-    then (merge mode) the phrase tokens of ``phrases``, a table over the merged ids.
+    """Ids and mask with the pair tokens of ``table`` added the ``mode`` way (see above).
 
     ``"merge"`` keeps the shape ``(N, S)``; ``"interleave"`` returns ``(N, seq_len)``.
     """
     if check_mode(mode) == "interleave":
-        if phrases is not None:
-            raise ValueError("phrase tokens need bigram_mode=merge")
         return interleave_bigram_tokens(ids, mask, table, base, seq_len)
-    merged = merge_bigram_tokens(ids, mask, table, base)
-    if phrases is not None:
-        merged = merge_bigram_tokens(merged, mask, phrases, base + len(table))
-    return merged, np.asarray(mask, np.int32)
+    return merge_bigram_tokens(ids, mask, table, base), np.asarray(mask, np.int32)
 
 
-def save_table(
-    folder: Path, table: np.ndarray, mode: str, phrases: np.ndarray | None = None
-) -> None:
-    """Write ``table`` (and ``mode`` unless it is ``"merge"``, and ``phrases`` if any)
-    into ``folder``."""
+def save_table(folder: Path, table: np.ndarray, mode: str) -> None:
+    """Write ``table`` (and ``mode`` unless it is ``"merge"``) into ``folder``."""
     check_mode(mode)
     np.save(Path(folder) / TABLE_FILE, np.asarray(table, np.int32))
     if mode != "merge":
         (Path(folder) / MODE_FILE).write_text(mode + "\n")
-    if phrases is not None:
-        np.save(Path(folder) / PHRASE_FILE, np.asarray(phrases, np.int32))
-
-
-def load_phrases(folder: Path) -> np.ndarray | None:
-    """The phrase table :func:`save_table` wrote in ``folder`` (``None`` if none)."""
-    path = Path(folder) / PHRASE_FILE
-    return np.load(path, allow_pickle=False) if path.is_file() else None
 
 
 def load_table(folder: Path) -> tuple[np.ndarray | None, str]:

@@ -46,7 +46,6 @@ class Checkpoint(NamedTuple):
     meta: dict[str, Any]
     bigram_table: np.ndarray | None = None
     bigram_mode: str = "merge"  # how the pair tokens are added (m2l_nlp.bigrams.MODES)
-    phrase_table: np.ndarray | None = None  # three-token phrases over the merged ids
 
 
 class CheckpointError(ValueError):
@@ -82,12 +81,11 @@ def save_checkpoint(
     meta: dict[str, Any] | None = None,
     bigram_table: np.ndarray | None = None,
     bigram_mode: str = "merge",
-    phrase_table: np.ndarray | None = None,
 ) -> Path:
     """Write a checkpoint folder at ``path`` atomically (replacing an older one); returns it.
 
-    Pass ``bigram_table``, ``bigram_mode`` and ``phrase_table`` when the model was trained
-    on bigram tokens (``data.bigram_table``, ``data.bigram_mode``, ``data.phrase_table``).
+    Pass ``bigram_table`` and ``bigram_mode`` when the model was trained on bigram tokens
+    (``data.bigram_table``, ``data.bigram_mode``).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -98,7 +96,7 @@ def save_checkpoint(
         (tmp / CONFIG_FILE).write_text(json.dumps(config.to_dict(), indent=2) + "\n")
         tokenizer.save(str(tmp / TOKENIZER_FILE))
         if bigram_table is not None:
-            bigrams.save_table(tmp, bigram_table, bigram_mode, phrase_table)
+            bigrams.save_table(tmp, bigram_table, bigram_mode)
         (tmp / META_FILE).write_text(json.dumps(meta or {}, indent=2, default=str) + "\n")
         make_ordinary(tmp)
         if path.exists():
@@ -222,16 +220,13 @@ def load_checkpoint(
         tokenizer = Tokenizer.from_file(str(path / TOKENIZER_FILE))
     try:
         table, mode = bigrams.load_table(path)
-        phrases = bigrams.load_phrases(path)
     except ValueError as error:
         raise CheckpointError(f"{error}: the checkpoint is damaged; train a new one") from None
     needed = tokenizer.get_vocab_size()
     what = f"the tokenizer has {needed} tokens"
     if table is not None:
-        needed = bigrams.vocab_size_with_bigrams(needed, table, phrases)
-        what += f" and the bigram table {len(table)} pairs"
-        what += f" and {len(phrases)} phrases" if phrases is not None else ""
-        what += f" ({needed} ids)"
+        needed = bigrams.vocab_size_with_bigrams(needed, table)
+        what += f" and the bigram table {len(table)} pairs ({needed} ids)"
     if needed > config.vocab_size:
         raise CheckpointError(
             f"{what} but the model only {config.vocab_size} embeddings: "
@@ -242,7 +237,7 @@ def load_checkpoint(
     if meta_path.is_file():
         with _reading(meta_path):
             meta = json.loads(meta_path.read_text())
-    return Checkpoint(params, config, tokenizer, meta, table, mode, phrases)
+    return Checkpoint(params, config, tokenizer, meta, table, mode)
 
 
 def predict(
@@ -274,7 +269,7 @@ def predict(
     if table is not None:
         base = checkpoint.tokenizer.get_vocab_size()
         ids, mask = bigrams.apply_bigram_tokens(
-            ids, mask, table, base, checkpoint.bigram_mode, config.max_len, checkpoint.phrase_table
+            ids, mask, table, base, checkpoint.bigram_mode, config.max_len
         )
     funcs = model.classifier(config, impl)
     check_params_fit(checkpoint.params, funcs, config, impl)
@@ -308,7 +303,6 @@ def save_run(out: str | os.PathLike, run: Any, preset: Any, settings: Any, data:
             meta,
             bigram_table=data.bigram_table,
             bigram_mode=data.bigram_mode,
-            phrase_table=data.phrase_table,
         )
     write_json_atomic(out / "metrics.json", dict(run.metrics, history=run.history))
     curves = plotting.plot_training_curves(run.history, title="Training curves")

@@ -197,8 +197,6 @@ class Preset:
     embed_scale: float = 1.0  # initial token embeddings times this (transformer)
     bigram_tokens: int = 0  # > 0: that many frequent token pairs as extra tokens (m2l_nlp.bigrams)
     bigram_mode: str = "merge"  # "merge": a pair replaces its first token; "interleave": follows it
-    # > 0 (merge mode): that many frequent pairs of merged ids as three-token phrases
-    phrase_tokens: int = 0
     # True (merge mode): the model reads each pair token as its own residual row plus its
     # first token's row (m2l_nlp.model.pair_tie); checkpoints store the sum
     bigram_backoff: bool = False
@@ -218,8 +216,7 @@ class Preset:
                 f"architecture must be {TRANSFORMER} or one of {', '.join(BASELINES)}, "
                 f"not {self.architecture!r}"
             )
-        limits = {"vocab_size": MIN_VOCAB_SIZE, "seq_len": 1, "val_size": 0}
-        limits.update(bigram_tokens=0, phrase_tokens=0)
+        limits = {"vocab_size": MIN_VOCAB_SIZE, "seq_len": 1, "bigram_tokens": 0, "val_size": 0}
         for name, least in limits.items():
             if getattr(self, name) < least:
                 raise ValueError(f"{name} must be at least {least}, not {getattr(self, name)}")
@@ -231,11 +228,6 @@ class Preset:
             raise ValueError(
                 "bigram_backoff needs the transformer with merged pair tokens (bigram_tokens > 0, "
                 "bigram_mode=merge): set bigram_backoff=false to train without them"
-            )
-        if self.phrase_tokens and not (self.bigram_tokens and self.bigram_mode == "merge"):
-            raise ValueError(
-                "phrase_tokens needs merged pair tokens (bigram_tokens > 0, bigram_mode=merge): "
-                "set phrase_tokens=0 to train without them"
             )
 
     def settings(self, **changes: Any) -> TrainSettings:

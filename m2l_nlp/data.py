@@ -191,7 +191,6 @@ class PreparedData:
     cache_path: Path | None = None
     bigram_table: np.ndarray | None = dataclasses.field(default=None, repr=False)
     bigram_mode: str = "merge"  # how the pair tokens were added (m2l_nlp.bigrams.MODES)
-    phrase_table: np.ndarray | None = dataclasses.field(default=None, repr=False)
 
     @property
     def vocab_size(self) -> int:
@@ -200,7 +199,7 @@ class PreparedData:
         base = self.tokenizer.get_vocab_size()
         if self.bigram_table is None:
             return base
-        return bigrams.vocab_size_with_bigrams(base, self.bigram_table, self.phrase_table)
+        return bigrams.vocab_size_with_bigrams(base, self.bigram_table)
 
     @property
     def seq_len(self) -> int:
@@ -225,7 +224,6 @@ def prepare_imdb(
     progress: bool = True,
     bigram_tokens: int = 0,
     bigram_mode: str = "merge",
-    phrase_tokens: int = 0,
 ) -> PreparedData:
     """Load IMDB, train the tokenizer on the train split, and encode both splits.
 
@@ -233,17 +231,13 @@ def prepare_imdb(
     frequent pairs of neighbouring tokens in the train split become tokens of their own
     (:mod:`m2l_nlp.bigrams`): with ``bigram_mode="merge"`` a token followed by its partner
     is stored as the pair's id; with ``"interleave"`` the pair's id follows the token, and
-    ``seq_len`` counts positions (tokens and pairs) rather than tokens. With
-    ``phrase_tokens=P > 0`` (merge mode), the ``P`` most frequent pairs of neighbouring
-    merged ids become three-token phrases, merged the same way.
+    ``seq_len`` counts positions (tokens and pairs) rather than tokens.
 
     The result is cached in ``cache_dir`` (default :func:`default_cache_dir`) under a key
     made of the data's fingerprint and the settings; a second call with the same data and
     settings reads the cache (``from_cache`` is then True) and trains nothing.
     """
     bigrams.check_mode(bigram_mode)
-    if phrase_tokens and not (bigram_tokens and bigram_mode == "merge"):
-        raise ValueError("phrase_tokens needs merged pair tokens (bigram_tokens > 0, merge)")
     path = imdb_archive.resolve_source(source, progress=progress)
     data_key = _checked_fingerprint(path)
     settings = {
@@ -256,8 +250,6 @@ def prepare_imdb(
         "version": PREPARED_VERSION,
         "tokenizers": tokenizers.__version__,
     }
-    if phrase_tokens:  # absent otherwise: the caches made before phrases keep their keys
-        settings["phrase_tokens"] = phrase_tokens
     key = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:20]
     folder = Path(cache_dir or default_cache_dir()) / f"imdb-prepared-{key}"
     if use_cache and (folder / "arrays.npz").is_file():
@@ -280,15 +272,11 @@ def prepare_imdb(
         tok, [*train_df["text"], *test_df["text"]], seq_len=seq_len
     )
     n = len(train_df)
-    table = phrases = None
+    table = None
     if bigram_tokens:
         base = tok.get_vocab_size()
         table = bigrams.fit_bigram_table(ids[:n], mask[:n], bigram_tokens, base)
         ids, mask = bigrams.apply_bigram_tokens(ids, mask, table, base, bigram_mode, seq_len)
-        if phrase_tokens:
-            merged_base = bigrams.vocab_size_with_bigrams(base, table)
-            phrases = bigrams.fit_bigram_table(ids[:n], mask[:n], phrase_tokens, merged_base)
-            ids = bigrams.merge_bigram_tokens(ids, mask, phrases, merged_base)
     train_ids, train_mask, test_ids, test_mask = ids[:n], mask[:n], ids[n:], mask[n:]
     data = PreparedData(
         train_ids=train_ids,
@@ -300,7 +288,6 @@ def prepare_imdb(
         tokenizer=tok,
         bigram_table=table,
         bigram_mode=bigram_mode if table is not None else "merge",
-        phrase_table=phrases,
     )
     if use_cache:
         _save_prepared(folder, data, settings)
@@ -322,7 +309,7 @@ def _save_prepared(folder: Path, data: PreparedData, settings: dict) -> None:
             arrays[f"{split}_labels"] = getattr(data, f"{split}_labels").astype(np.int8)
         tokenization.save_tokenizer(data.tokenizer, tmp / "tokenizer.json")
         if data.bigram_table is not None:
-            bigrams.save_table(tmp, data.bigram_table, data.bigram_mode, data.phrase_table)
+            bigrams.save_table(tmp, data.bigram_table, data.bigram_mode)
         (tmp / "settings.json").write_text(json.dumps(settings, indent=1, sort_keys=True))
         np.savez(tmp / "arrays.npz", **arrays)
         try:
@@ -344,7 +331,6 @@ def _load_prepared(folder: Path) -> PreparedData:
             fields[f"{split}_mask"] = (np.arange(ids.shape[1]) < lengths[:, None]).astype(np.int32)
             fields[f"{split}_labels"] = z[f"{split}_labels"].astype(np.int32)
     fields["bigram_table"], fields["bigram_mode"] = bigrams.load_table(folder)
-    fields["phrase_table"] = bigrams.load_phrases(folder)
     return PreparedData(**fields, tokenizer=tok, from_cache=True, cache_path=folder)
 
 
@@ -357,8 +343,7 @@ def prepare_for(
     progress: bool = True,
 ) -> PreparedData:
     """:func:`prepare_imdb` encoded as ``preset`` (a :class:`m2l_nlp.config.Preset`) says:
-    vocabulary, tokens per review, pair and phrase tokens. ``source="small"``: the bundled
-    data."""
+    vocabulary, tokens per review, pair tokens. ``source="small"`` is the bundled data."""
     return prepare_imdb(
         SMALL_DATA if source == "small" else source,
         vocab_size=preset.vocab_size,
@@ -368,7 +353,6 @@ def prepare_for(
         progress=progress,
         bigram_tokens=preset.bigram_tokens,
         bigram_mode=preset.bigram_mode,
-        phrase_tokens=preset.phrase_tokens,
     )
 
 

@@ -15,7 +15,7 @@ its parameters at once); :func:`pair_tie` makes pair tokens back off to their fi
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import haiku as hk
@@ -43,51 +43,37 @@ def classifier(config: ClassifierConfig, impl: Impl = "solutions", jit: bool = T
     return funcs_from_stateful(forward, jit=jit)
 
 
-def pair_tie(
-    backoff: np.ndarray | Sequence[np.ndarray], vocab_size: int
-) -> Callable[[hk.Params], hk.Params]:
+def pair_tie(backoff: np.ndarray, vocab_size: int) -> Callable[[hk.Params], hk.Params]:
     """Pair tokens that back off to their first token: ``tie(stored) -> params`` of
     :func:`classifier`.
 
     ``backoff`` (int ``(K,)``) is the first token of each of the ``K`` pair tokens, which are
     the last ``K`` of the ``vocab_size`` ids. The stored embedding table holds one
     *residual* row per pair; the classifier reads pair ``k`` as its residual plus the row of
-    its first token, so what is learnt about "great" also reaches "great acting". A list of
-    such arrays ties several rounds of merging in turn (pairs, then phrases): each lists the
-    ids its block backs off to, which lie below the block and are read already tied. The
+    its first token, so what is learnt about "great" also reaches "great acting". The
     students' modules are unchanged: :func:`m2l_nlp.training.train` trains the stored rows
     through ``tie=`` (the gradient is pulled back through it once per step) and returns the
     classifier's parameters, which checkpoints store. It runs inside the step on traced
     arrays, and on NumPy arrays on the host, where it compiles nothing.
     """
-    levels = [np.asarray(backoff)] if isinstance(backoff, np.ndarray) else list(backoff)
-    blocks, start = [], vocab_size - sum(len(level) for level in levels)
-    for level in levels:
-        level = np.asarray(level)
-        if (
-            level.ndim != 1
-            or start < 1
-            or (level.size and not 0 <= level.min() <= level.max() < start)
-        ):
-            raise ValueError(
-                f"backoff must list, for each of the last K of the {vocab_size} ids, an id "
-                f"below its own block of ids; got shape {level.shape}"
-            )
-        blocks.append((start, start + len(level), level.astype(np.int32)))
-        start += len(level)
+    first = np.asarray(backoff)
+    base = vocab_size - len(first)
+    if first.ndim != 1 or base < 1 or (first.size and (first.min() < 0 or first.max() >= base)):
+        raise ValueError(
+            f"backoff must list, for each of the last K of the {vocab_size} ids, a token id "
+            f"below vocab_size - K; got shape {first.shape}"
+        )
+    first = first.astype(np.int32)
 
     def tie(params: hk.Params) -> hk.Params:
         def tied(name: str, table: Any) -> Any:
             if name != "embeddings" or table.shape[0] != vocab_size:
                 return table
-            on_host = isinstance(table, np.ndarray)  # then no program is compiled
-            out = table.copy() if on_host else table
-            for lo, hi, parents in blocks:
-                if on_host:
-                    out[lo:hi] += out[parents]
-                else:
-                    out = out.at[lo:hi].add(out[parents])
-            return out
+            if isinstance(table, np.ndarray):  # on the host: no program is compiled
+                out = table.copy()
+                out[base:] += table[first]
+                return out
+            return table.at[base:].add(table[first])
 
         return {
             module: {name: tied(name, value) for name, value in leaves.items()}
@@ -137,22 +123,17 @@ def init_for_preset(
     """The model of ``preset`` for prepared ``data`` and its first parameters:
     ``(funcs, config, params, tie)``. ``train_ids``/``train_mask`` fit a TF-IDF baseline's
     weights. ``tie`` is None, or for a ``bigram_backoff`` preset the :func:`pair_tie` of the
-    data's pairs and phrases (pass it to ``train``): then ``params`` are the stored rows,
-    whose residuals start at zero, so that each pair starts out read as its first token and
-    each phrase as the pair at its position."""
+    data's pairs (pass it to ``train``): then ``params`` are the stored rows, whose pair
+    residuals start at zero, so that each pair starts out read as its first token."""
     funcs, config, _ = for_preset(preset, data.vocab_size, impl, train_ids, train_mask)
     if not preset.bigram_backoff:
         return funcs, config, init_params(funcs, seed, preset.seq_len, preset.embed_scale), None
     table = getattr(data, "bigram_table", None)
     if table is None:
         raise ValueError("bigram_backoff needs the data's bigram table (bigram_tokens > 0)")
-    levels = [np.asarray(table)[:, 0]]  # a pair backs off to its first token
-    phrases = getattr(data, "phrase_table", None)
-    if phrases is not None:  # a phrase to the pair (or token) at its position
-        levels.append(np.asarray(phrases)[:, 0])
-    rows = sum(len(level) for level in levels)
-    params = init_params(funcs, seed, preset.seq_len, preset.embed_scale, rows)
-    return funcs, config, params, pair_tie(levels, data.vocab_size)
+    first = np.asarray(table)[:, 0]
+    params = init_params(funcs, seed, preset.seq_len, preset.embed_scale, len(first))
+    return funcs, config, params, pair_tie(first, data.vocab_size)
 
 
 def init_params(

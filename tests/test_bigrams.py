@@ -156,21 +156,3 @@ def test_the_table_and_its_mode_round_trip(tmp_path):
         bigrams.load_table(tmp_path)
     with pytest.raises(ValueError, match="mode must be one of"):
         bigrams.save_table(tmp_path, table, "sideways")
-
-
-def test_phrases_merge_neighbouring_merged_ids_into_three_token_phrases(tmp_path):
-    # ids 10, 11 are the pairs (3, 4), (4, 3); phrase 12 is (10, 11): the tokens 3 4 3
-    ids, mask = _padded([[3, 4, 3, 9], [4, 3, 4]], width=5)
-    table = np.array([[3, 4], [4, 3]], np.int32)
-    phrases = np.array([[10, 11]], np.int32)
-    merged, _ = bigrams.apply_bigram_tokens(ids, mask, table, 10, "merge", phrases=phrases)
-    # row 0: 3 4 3 9 -> pairs 10 11 3 9 -> phrase at 0 (10 followed by 11)
-    # row 1: 4 3 4 -> pairs 11 10 4: (11, 10) is no phrase
-    assert merged.tolist() == [[12, 11, 3, 9, 0], [11, 10, 4, 0, 0]]
-    assert bigrams.vocab_size_with_bigrams(10, table, phrases) == 13
-    with pytest.raises(ValueError, match="phrase tokens need"):
-        bigrams.apply_bigram_tokens(ids, mask, table, 10, "interleave", 8, phrases)
-    assert bigrams.load_phrases(tmp_path) is None
-    bigrams.save_table(tmp_path, table, "merge", phrases)
-    np.testing.assert_array_equal(bigrams.load_phrases(tmp_path), phrases)
-    np.testing.assert_array_equal(bigrams.load_table(tmp_path)[0], table)

@@ -261,43 +261,6 @@ def test_a_bigram_checkpoint_round_trips_and_predicts_like_the_model(tmp_path, t
         ck.load_checkpoint(path)
 
 
-def test_a_phrase_checkpoint_predicts_on_phrase_ids(tmp_path, tokenizer):
-    from m2l_nlp import bigrams
-    from m2l_nlp.tokenization import batch_encode
-
-    base = tokenizer.get_vocab_size()
-    ids, mask = batch_encode(tokenizer, TEXTS, seq_len=16)
-    table = bigrams.fit_bigram_table(ids, mask, size=10, base=base)
-    merged_base = bigrams.vocab_size_with_bigrams(base, table)
-    merged = bigrams.merge_bigram_tokens(ids, mask, table, base)
-    phrases = bigrams.fit_bigram_table(merged, mask, size=5, base=merged_base)
-    config = ClassifierConfig(
-        vocab_size=merged_base + 5, num_layers=1, num_heads=2, d_model=8, d_ff=16, max_len=32
-    )
-    model = model_lib.classifier(config)
-    params = jax.device_get(model_lib.init_params(model, jax.random.PRNGKey(3), config.max_len))
-    path = ck.save_checkpoint(
-        tmp_path / "ckpt", params, config, tokenizer, bigram_table=table, phrase_table=phrases
-    )
-    loaded = ck.load_checkpoint(path, expected_config=config)
-    np.testing.assert_array_equal(loaded.phrase_table, phrases)
-    probs = ck.predict(TEXTS, path)
-    ids, mask = batch_encode(tokenizer, TEXTS, seq_len=32)
-    want_ids, _ = bigrams.apply_bigram_tokens(ids, mask, table, base, phrases=phrases)
-    assert (want_ids >= merged_base).any()  # the texts do contain phrases of the table
-    logits = np.asarray(model.predict_fw(params, want_ids, mask))
-    np.testing.assert_allclose(probs, 1 / (1 + np.exp(-logits)), rtol=1e-4, atol=1e-6)
-    short = dataclasses.replace(config, vocab_size=merged_base)  # no rows for the phrases
-    short_params = jax.device_get(
-        model_lib.init_params(model_lib.classifier(short), jax.random.PRNGKey(3), 32)
-    )
-    path = ck.save_checkpoint(
-        tmp_path / "bad", short_params, short, tokenizer, bigram_table=table, phrase_table=phrases
-    )
-    with pytest.raises(ck.CheckpointError, match="and 5 phrases"):
-        ck.load_checkpoint(path)
-
-
 def test_an_interleaved_bigram_checkpoint_predicts_on_interleaved_ids(tmp_path, tokenizer):
     from m2l_nlp import bigrams
     from m2l_nlp.tokenization import batch_encode

@@ -73,15 +73,6 @@ def test_override_preset_changes_only_what_is_named():
             override(default, [bad])
 
 
-def test_phrase_tokens_need_merged_pairs():
-    default = PRESETS["default"]
-    assert override(default, ["phrase_tokens=30000"]).phrase_tokens == 30000
-    plain = override(default, ["bigram_backoff=false"])
-    for bad in ("bigram_tokens=0", "bigram_mode=interleave"):
-        with pytest.raises(ValueError, match="phrase_tokens needs merged pair tokens"):
-            override(plain, [bad, "phrase_tokens=100"])
-
-
 def test_baselines_are_presets_with_their_own_model_settings():
     assert set(config.BASELINES) <= set(PRESETS)
     bigram = PRESETS["bigram-mlp"]

@@ -167,30 +167,6 @@ def test_prepare_imdb_with_bigram_tokens(tmp_path):
     assert second.vocab_size == first.vocab_size
 
 
-def test_prepare_imdb_with_phrase_tokens(tmp_path):
-    cache = tmp_path / "prep"
-    kw = dict(vocab_size=300, seq_len=32, cache_dir=cache, bigram_tokens=50)
-    pairs = data.prepare_imdb(data.SMALL_DATA, **kw)
-    first = data.prepare_imdb(data.SMALL_DATA, **kw, phrase_tokens=20)
-    assert not first.from_cache and pairs.phrase_table is None  # its own cache entry
-    merged_base = pairs.vocab_size
-    assert first.phrase_table.shape == (20, 2) and first.vocab_size == merged_base + 20
-    np.testing.assert_array_equal(first.bigram_table, pairs.bigram_table)
-    # phrases are fitted on the merged train ids; the test split is only encoded with them
-    phrases = bigrams.fit_bigram_table(pairs.train_ids, pairs.train_mask, 20, merged_base)
-    np.testing.assert_array_equal(first.phrase_table, phrases)
-    for split in ("train", "test"):
-        ids, mask = getattr(pairs, f"{split}_ids"), getattr(pairs, f"{split}_mask")
-        want = bigrams.merge_bigram_tokens(ids, mask, phrases, merged_base)
-        np.testing.assert_array_equal(getattr(first, f"{split}_ids"), want)
-    assert (first.train_ids >= merged_base).any()
-    second = data.prepare_imdb(data.SMALL_DATA, **kw, phrase_tokens=20)
-    assert second.from_cache and second.vocab_size == first.vocab_size
-    np.testing.assert_array_equal(second.phrase_table, first.phrase_table)
-    with pytest.raises(ValueError, match="phrase_tokens needs"):
-        data.prepare_imdb(data.SMALL_DATA, vocab_size=300, seq_len=32, phrase_tokens=20)
-
-
 def test_prepare_imdb_with_interleaved_bigram_tokens(tmp_path):
     cache = tmp_path / "prep"
     kw = dict(vocab_size=300, seq_len=48, cache_dir=cache, bigram_tokens=50)

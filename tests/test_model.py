@@ -101,22 +101,3 @@ def test_backoff_must_name_tokenizer_ids(tiny_config):
     for bad in (np.array([48, 1]), np.array([-1]), np.zeros((2, 2), np.int32)):
         with pytest.raises(ValueError, match="backoff must list"):
             models.pair_tie(bad, tiny_config.vocab_size)
-
-
-def test_a_phrase_backs_off_to_the_tied_pair_at_its_position(tiny_model, tiny_config):
-    # the 10 extra ids as 6 pairs (40-45) and 4 phrases (46-49) over tokens and pairs
-    pairs, phrases = FIRST[:6], np.array([40, 45, 3, 44], np.int32)
-    stored = _stored(tiny_model, tiny_config)
-    table = np.asarray(stored["classifier/~/embedding/~/embed"]["embeddings"])
-    want = table.copy()
-    want[40:46] += want[pairs]
-    want[46:] += want[phrases]  # read after the pairs are tied: a phrase reaches its token
-    tie = models.pair_tie([pairs, phrases], tiny_config.vocab_size)
-    for tied in (tie(stored), tie(jax.device_get(stored))):
-        got = np.asarray(tied["classifier/~/embedding/~/embed"]["embeddings"])
-        np.testing.assert_allclose(got, want, rtol=1e-6)
-    np.testing.assert_allclose(  # phrase 46 = its residual + pair 40's + token 5's
-        want[46], table[46] + table[40] + table[5], rtol=1e-6
-    )
-    with pytest.raises(ValueError, match="backoff must list"):  # a phrase backing off to itself
-        models.pair_tie([pairs, np.array([40, 45, 3, 49])], tiny_config.vocab_size)
