@@ -11,7 +11,7 @@ import shlex
 import sys
 import textwrap
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +78,10 @@ def _parser() -> argparse.ArgumentParser:
         help="transformer (default), or a practical-1 baseline: the same as --preset NAME",
     )
     train.add_argument(
-        "--epochs", type=_positive, default=None, help="epochs to train (default: the preset's)"
+        "--epochs",
+        type=_whole_number(1),
+        default=None,
+        help="epochs to train (default: the preset's)",
     )
     train.add_argument(
         "--impl",
@@ -89,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--val-size",
-        type=_non_negative,
+        type=_whole_number(0),
         default=None,
         help="training reviews held out to validate after each epoch and keep the best one "
         "(default: the preset's, or 0 for a final fit such as the default preset's test run; "
@@ -110,7 +113,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--seed",
-        type=_non_negative,
+        type=_whole_number(0),
         default=0,
         help="seed of the data shuffle, validation split, initialisation and dropout (default: 0)",
     )
@@ -170,18 +173,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
-    return value
+def _whole_number(lowest: int) -> Callable[[str], int]:
+    """An argparse type: a whole number of at least ``lowest``."""
 
+    def parse(text: str) -> int:
+        value = int(text)  # a ValueError: argparse says "invalid whole-number value: 'x'"
+        if value < lowest:
+            raise argparse.ArgumentTypeError(f"must be {lowest} or more, not {value}")
+        return value
 
-def _non_negative(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, not {value}")
-    return value
+    parse.__name__ = "whole-number"
+    return parse
 
 
 def _preset_name(args: argparse.Namespace) -> str:

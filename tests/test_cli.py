@@ -19,6 +19,21 @@ def test_bad_arguments_exit_with_usage(capsys):
         cli.main([])
 
 
+@pytest.mark.parametrize(
+    ("option", "text", "said"),
+    [
+        ("--epochs", "x", "invalid whole-number value: 'x'"),
+        ("--epochs", "0", "must be 1 or more, not 0"),
+        ("--seed", "-1", "must be 0 or more, not -1"),
+    ],
+)
+def test_a_bad_number_is_named_in_the_users_words(option, text, said, capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["train", option, text])
+    err = capsys.readouterr().err
+    assert f"argument {option}: {said}" in err and "_" not in err.splitlines()[-1]
+
+
 def test_cli_keeps_compiled_programs_beside_the_data_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("M2L_NLP_CACHE", str(tmp_path))
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)  # restored afterwards
