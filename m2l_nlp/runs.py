@@ -270,6 +270,20 @@ class RunFolder:
             _remove(self.partial)
 
 
+def _lock_problem(lock: Path, out: str | os.PathLike) -> str:
+    """Why the lock of the run folder ``out`` could not be taken (a file lock only times out)."""
+    try:
+        os.close(os.open(lock, os.O_WRONLY | os.O_CREAT, 0o644))
+    except OSError as error:  # e.g. a read-only file system, where even root cannot write
+        return (
+            f"cannot create files in {lock.parent} ({error.strerror or error}): choose another "
+            "folder with --out"
+        )
+    return (
+        f"another run is writing to {out} right now: wait for it to finish, or choose another --out"
+    )
+
+
 @contextlib.contextmanager
 def open_run(
     out: str | os.PathLike, *, overwrite: bool = False, resume: bool = False
@@ -283,11 +297,8 @@ def open_run(
     lock = FileLock(str(folder.lock), timeout=0)
     try:
         lock.acquire()
-    except Timeout:
-        raise RunFolderError(
-            f"another run is writing to {out} right now: wait for it to finish, or choose "
-            "another --out"
-        ) from None
+    except Timeout:  # held by another run, or a lock file that cannot be made at all
+        raise RunFolderError(_lock_problem(folder.lock, out)) from None
     try:
         folder.repair()
         folder.check(overwrite, resume)

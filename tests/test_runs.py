@@ -100,6 +100,14 @@ def test_a_second_run_on_the_same_folder_refuses_at_once(tmp_path):
         pass
 
 
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
+def test_a_folder_where_no_lock_can_be_made_is_not_called_busy():
+    # /proc takes no new files, not even from root (os.access would say root may write)
+    with pytest.raises(runs.RunFolderError, match=r"cannot create files in /proc \(.*--out$"):
+        with runs.open_run("/proc/m2l-nlp-run"):
+            pass
+
+
 def test_progress_is_kept_and_resumed_only_with_the_same_settings(tmp_path):
     out = tmp_path / "out"
     info = dict(epoch=1, epochs=3, fingerprint={"seed": 0, "lr": 1e-3})
