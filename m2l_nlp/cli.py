@@ -309,15 +309,16 @@ def _reviews(args: argparse.Namespace) -> list[str]:
             ) from None
         reviews.append((f"review {i}", text))
     for path in args.file:
+        name = "standard input" if path == "-" else path
         try:
             raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
         except OSError as error:
-            raise InputError(f"cannot read {path} ({error.strerror}): check the path") from None
+            raise InputError(f"cannot read {name} ({error.strerror}): check the path") from None
         try:
-            reviews.append((path, raw.decode("utf-8")))
+            reviews.append((name, raw.decode("utf-8")))
         except UnicodeDecodeError:
             raise InputError(
-                f"{path} is not UTF-8 text: convert it (e.g. iconv -f latin1 -t utf-8)"
+                f"{name} is not UTF-8 text: convert it (e.g. iconv -f latin1 -t utf-8)"
             ) from None
     if not reviews:
         raise InputError("nothing to score: give reviews as arguments or with --file PATH")
