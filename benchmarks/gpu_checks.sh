@@ -2,28 +2,40 @@
 # The GPU checks of benchmarks/README.md ("On a GPU"), in order of what is least known,
 # each under its own time limit so that one slow step cannot eat the others' time.
 #
-#   bash benchmarks/gpu_checks.sh OUT_DIR [IMDB]
+#   [STEPS="tests graded"] bash benchmarks/gpu_checks.sh OUT_DIR [IMDB]
 #
-# Run from the repository root, with m2l_nlp and dm-haiku importable (`pip install -e .`).
-# IMDB defaults to $M2L_NLP_IMDB, then ../shared/data/aclImdb_v1_labeled.tar.gz. Every log
-# goes to OUT_DIR; the data and the compiled programs are cached in OUT_DIR/cache, which
-# should be empty for the cold figures. Five steps, about 9 minutes in all on one H200:
-#   1. how many operations one step of the seed model compiles to (--count-ops);
-#   2. training throughput against the seed loop at batch 8, K = 1, 8, 32 steps per call;
-#   3. `make train`'s job, cold: test accuracy, wall time, programs compiled;
-#   4. the graded checks against the reference solutions;
-#   5. the library's quick tests (install the wheels into the interpreter, not a PYTHONPATH
-#      folder: the tests' worker processes do not inherit it).
+# Run from the repository root. Where dm-haiku cannot be imported and .gpu/whl exists
+# (benchmarks/gpu_wheels.sh made it), its wheels and this project are installed into the
+# interpreter first (not into a PYTHONPATH folder: the tests' workers do not inherit it). IMDB defaults to $M2L_NLP_IMDB,
+# then .gpu/'s copy, then ../shared/data/aclImdb_v1_labeled.tar.gz. Every log goes to OUT_DIR;
+# the data and the compiled programs are cached in OUT_DIR/cache, which should be empty for
+# the cold figures. STEPS picks some of the steps below (default: all, about 14 minutes on one
+# H200, more than one 10-minute call: run it as two, e.g. STEPS="tests graded" first):
+#   count_ops   how many operations one step of the seed model compiles to;
+#   throughput  training throughput against the seed loop at batch 8, K = 1, 8, 32 steps per call;
+#   train_k1    `make train`'s job, cold: test accuracy, wall time, programs compiled;
+#   train_k8    the same job at 8 steps per call (its data and evaluation programs cached);
+#   tests       every library test, the slow ones too, in parallel workers;
+#   graded      the graded checks against the reference solutions (one process: they refuse -n).
 set -u
 out=${1:?usage: bash benchmarks/gpu_checks.sh OUT_DIR [IMDB]}
-imdb=${2:-${M2L_NLP_IMDB:-../shared/data/aclImdb_v1_labeled.tar.gz}}
+imdb=${2:-${M2L_NLP_IMDB:-$(ls .gpu/aclImdb_v1_labeled.tar.gz 2>/dev/null || echo ../shared/data/aclImdb_v1_labeled.tar.gz)}}
+steps=${STEPS:-count_ops throughput train_k1 train_k8 tests graded}
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false M2L_NLP_CACHE="$out/cache"
 start=$(date +%s)
 
-step() {  # NAME LIMIT_S COMMAND...: run it, log it, say how it ended
+if ! python3 -c 'import haiku' 2>/dev/null && [ -d .gpu/whl ]; then
+    { python3 -m pip install -q --no-index --no-deps --no-compile .gpu/whl/*.whl &&
+      python3 -m pip install -q --no-index --no-deps --no-build-isolation -e .; } \
+        > "$out/install.log" 2>&1 || { echo "install failed: see $out/install.log"; exit 1; }
+fi
+python3 -c "import jax, haiku; print('jax', jax.__version__, 'dm-haiku', haiku.__version__, jax.devices())"
+
+step() {  # NAME LIMIT_S COMMAND...: run it if STEPS names it, log it, say how it ended
     local name=$1 limit=$2
     shift 2
+    case " $steps " in *" $name "*) ;; *) return ;; esac
     echo "== $name (at $(($(date +%s) - start)) s, limit $limit s)"
     timeout "$limit" "$@" > "$out/$name.log" 2>&1
     local rc=$?
@@ -31,15 +43,16 @@ step() {  # NAME LIMIT_S COMMAND...: run it, log it, say how it ended
     grep -E "median|ratio|operations|programs|accuracy|passed|failed|total time" "$out/$name.log" | tail -12
 }
 
-python3 -c "import jax; print('jax', jax.__version__, jax.devices())"
 step count_ops 180 python3 benchmarks/train_throughput.py --data "$imdb" --examples 400 \
     --seed-steps 10 --repeats 1 --count-ops
 step throughput 150 python3 benchmarks/train_throughput.py --data "$imdb" --examples 4000 \
     --seed-steps 300 --repeats 3 --steps-per-call 1 8 32
-step train_cold 200 m2l-nlp train --data "$imdb" --no-progress --out "$out/run" --overwrite
-step graded 150 python3 -m pytest tests/graded --impl solutions -q -p no:cacheprovider
+step train_k1 200 m2l-nlp train --data "$imdb" --no-progress --out "$out/run_k1" --overwrite
+step train_k8 200 m2l-nlp train --data "$imdb" --no-progress --out "$out/run_k8" --overwrite \
+    --set train.steps_per_call=8
 # the Gradescope-bundle test installs from a package index, which a GPU machine may lack
-step quick_tests 180 python3 -m pytest tests --ignore=tests/graded -m "not slow" --impl solutions \
-    -q -n "$(nproc)" -p no:cacheprovider \
+step tests 300 python3 -m pytest tests --ignore=tests/graded --impl solutions -q \
+    -n "$(nproc)" -p no:cacheprovider \
     --deselect tests/test_autograder.py::test_gradescope_bundle_grades_and_resists_tricks
+step graded 150 python3 -m pytest tests/graded --impl solutions -q -p no:cacheprovider
 echo "== done at $(($(date +%s) - start)) s; logs in $out"
