@@ -215,6 +215,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     except (TypeError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if args.impl == "exercises":  # an exercise left to do is named before anything else
+        from m2l_nlp.model import check_model_builds
+
+        check_model_builds(preset, args.impl)
     out = Path(args.out or default_out(name, args.no_test))
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
     problem = unwritable(out.absolute().parent, "--out") or unwritable(cache, "--cache-dir")

@@ -8,8 +8,8 @@
 Each returns :class:`~m2l_nlp.transform.ModelFuncs`: ``model.apply(params, key, ids, mask,
 is_train)`` for training, ``predict_fw(params, ids, mask)`` for evaluation, and so on.
 :func:`init_params` creates the parameters (:func:`init_for_preset`: a preset's model and
-its parameters at once); :func:`pair_tie` makes pair tokens back off to their first token
-(stored rows -> the classifier's parameters).
+its parameters at once; :func:`check_model_builds`: whether it builds at all); :func:`pair_tie`
+makes pair tokens back off to their first token (stored rows -> the classifier's parameters).
 """
 
 from __future__ import annotations
@@ -134,6 +134,15 @@ def init_for_preset(
     first = np.asarray(table)[:, 0]
     params = init_params(funcs, seed, preset.seq_len, preset.embed_scale, len(first))
     return funcs, config, params, pair_tie(first, data.vocab_size)
+
+
+def check_model_builds(preset: Preset, impl: Impl) -> None:
+    """Build and initialise ``preset``'s model on a tiny vocabulary, as a run would: an
+    exercise still to do raises its ``NotImplementedError`` here, traced but not computed,
+    before a run folder is opened or minutes of data preparation start."""
+    ids = np.ones((2, 8), np.int32)
+    funcs, _, _ = for_preset(preset, 16, impl, ids, ids)
+    jax.eval_shape(lambda key: funcs.init_params(key, ids, ids, True), jax.random.PRNGKey(0))
 
 
 def init_params(

@@ -67,6 +67,27 @@ def test_training_unfinished_exercises_says_what_to_do(tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.parametrize("model", ["transformer", "bow-mlp"])
+def test_an_unfinished_exercise_is_named_before_the_run_folder_and_the_data(
+    tmp_path, capsys, model
+):
+    """A student whose earlier run sits in --out hears first which exercise is left, not that
+    the folder needs --overwrite; no data is prepared and the earlier run is left as it was."""
+    earlier = tmp_path / "run"
+    earlier.mkdir()
+    (earlier / "metrics.json").write_text("{}")
+    cache = tmp_path / "cache"
+    args = ["train", "--impl", "exercises", "--data", "small", "--model", model]
+    args += ["--no-progress", "--out", str(earlier), "--cache-dir", str(cache)]
+    assert cli.main(args) == 2
+    captured = capsys.readouterr()
+    first = "sinusoidal_encoding" if model == "transformer" else "multi_hot"
+    assert f"{first}: not implemented yet" in captured.err
+    assert "--overwrite" not in captured.err and "data prepared" not in captured.out
+    assert not cache.exists()
+    assert [f.name for f in earlier.iterdir()] == ["metrics.json"]
+
+
 def test_grade_forwards_to_the_grader(monkeypatch):
     seen = {}
 
