@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from m2l_nlp.config import ClassifierConfig
+from m2l_nlp.devices import checking_xla_flags
 
 pytest_plugins = ["m2l_nlp.grading.pytest_plugin"]
 
@@ -14,19 +15,12 @@ pytest_plugins = ["m2l_nlp.grading.pytest_plugin"]
 # that off, so tests that run the CLI, and the subprocesses they start, write none.
 os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", "")
 
-# Tests ask two runs with the same seed for the same numbers. On a GPU, XLA's scatter-add
-# (the embedding gradient) may round differently from one run to the next unless told to be
-# deterministic; CPUs are. Read when JAX starts its backend, after this file is imported.
-#
-# Tests compile hundreds of tiny programs, and on a CPU most of their time went to LLVM
-# optimising machine code that then runs for milliseconds: XLA's backend optimisation level
-# 0 halves the suite's compile time. XLA's own passes (fusion, layout) still run; sums may
-# round in another order, so results agree with the default level to float tolerance, not
-# bit for bit. Only pytest runs (and what they start) compile this way: `m2l-nlp` and the
-# training benchmarks keep the default level. A level set in XLA_FLAGS wins.
-for flag, value in (("xla_gpu_deterministic_ops", "true"), ("xla_backend_optimization_level", "0")):
-    if flag not in os.environ.get("XLA_FLAGS", ""):
-        os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} --{flag}={value}".strip()
+# Tests compile hundreds of tiny programs, at XLA's lowest backend optimisation level, and ask
+# two runs with the same seed for the same numbers, which a GPU gives only when told to be
+# deterministic: `devices.checking_xla_flags` (a flag set in XLA_FLAGS wins). JAX reads them
+# when it starts its backend, after this file is imported. Only pytest runs (and what they
+# start) compile this way: `m2l-nlp` and the training benchmarks keep XLA's defaults.
+os.environ["XLA_FLAGS"] = checking_xla_flags(os.environ.get("XLA_FLAGS", ""))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -99,6 +99,10 @@ def branchy(x):
     if x.sum() > 0:  # a Python `if` on a traced value
         return x
     return -x
+
+
+def xla_flags(x):
+    return os.environ.get("XLA_FLAGS", "")
 """
 
 
@@ -142,6 +146,30 @@ def test_worker_runs_student_code_and_returns_plain_data(student_file):
             ns.dies(1)
     finally:
         worker.kill()
+
+
+@pytest.mark.parametrize(
+    ("grader_flags", "level"),
+    [
+        ("--xla_force_host_platform_device_count=1", "0"),
+        ("--xla_backend_optimization_level=2", "2"),
+    ],
+)
+def test_worker_compiles_as_the_graded_tests_do_unless_told_otherwise(
+    student_file, monkeypatch, grader_flags, level
+):
+    """Reference and student code compile at XLA's quick level, as under pytest (half the
+    grading time); the grader's own XLA_FLAGS are kept, and a level set there wins."""
+    monkeypatch.setenv("XLA_FLAGS", grader_flags)
+    worker = _worker(student_file)
+    try:
+        flags = RemoteNamespace(worker).xla_flags(0).split()
+    finally:
+        worker.kill()
+    assert grader_flags in flags
+    assert [f for f in flags if "optimization_level" in f] == [
+        f"--xla_backend_optimization_level={level}"
+    ]
 
 
 def test_worker_that_hangs_is_stopped_at_its_deadline(student_file):

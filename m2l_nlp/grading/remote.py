@@ -23,6 +23,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from m2l_nlp.devices import checking_xla_flags
 from m2l_nlp.grading import wire
 from m2l_nlp.grading.registry import CheckFailure
 from m2l_nlp.grading.runner import StudentError
@@ -79,7 +80,8 @@ class Worker:
             "LANG": "C.UTF-8",
             "PYTHONDONTWRITEBYTECODE": "1",
             "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"),
-            "XLA_FLAGS": os.environ.get("XLA_FLAGS", ""),
+            # the reference and the student compile alike, as quickly as the graded tests do
+            "XLA_FLAGS": checking_xla_flags(os.environ.get("XLA_FLAGS", "")),
             **(env or {}),
         }
         extra: dict[str, Any] = {}
