@@ -182,6 +182,39 @@ def test_worker_that_hangs_is_stopped_at_its_deadline(student_file):
     assert worker.process.poll() is not None  # killed
 
 
+def test_a_grader_whose_student_user_may_not_run_python_says_so_before_grading(
+    tmp_path, monkeypatch, capsys
+):
+    """Root grading as a user who may not run this Python: one line, before the reference's
+    minutes of checks, and each results file says the submission could not be graded."""
+    from m2l_nlp.grading import remote, trusted
+
+    def denied(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    def reference_pass(*args, **kwargs):
+        raise AssertionError("the reference's checks ran before the student's user was tried")
+
+    monkeypatch.setattr(trusted, "unprivileged_user", lambda: (65534, 65534))
+    monkeypatch.setattr(trusted, "reference_pass", reference_pass)
+    monkeypatch.setattr(remote.subprocess, "Popen", denied)
+    (tmp_path / "submission").mkdir()
+    results = tmp_path / "results.json"
+    assert trusted.main([str(tmp_path / "submission"), str(results)]) == 1
+    error = capsys.readouterr().err
+    assert error.startswith("error: user 65534 may not run") and error.count("\n") == 1
+    assert "M2L_GRADER_USER=root" in error
+    assert json.loads(results.read_text())["score"] == 0
+
+
+def test_a_worker_that_cannot_start_is_named_before_grading(tmp_path, monkeypatch):
+    from m2l_nlp.grading import remote
+
+    monkeypatch.setattr(remote.sys, "executable", "/bin/false")  # runs, then exits 1
+    with pytest.raises(remote.WorkerUnavailable, match="cannot start .*exit status 1"):
+        remote.check_workers_start(tmp_path, None, 10.0)
+
+
 # -------------------------------------------------------------------------------- notebooks
 
 

@@ -55,6 +55,29 @@ def unprivileged_user() -> tuple[int, int] | None:
     return entry.pw_uid, entry.pw_gid
 
 
+_READABLE = (
+    "install Python and the course where every user can read them (the autograder's setup.sh "
+    f"does), or set {USER_ENV}=root to run student code as yourself (local trials only)"
+)
+
+
+def check_workers_start(cwd: Path, user: tuple[int, int] | None, limit: float) -> None:
+    """Start one worker as ``user`` and wait for its first answer (at most ``limit`` s):
+    raise :class:`WorkerUnavailable` now, not after minutes of the reference's checks, if
+    student code cannot run as that user."""
+    worker = Worker(cwd, user)
+    worker.limit, worker.deadline = limit, time.monotonic() + limit
+    try:
+        worker.request({"op": "source", "name": "-"})  # no module loaded: answers None
+    except (WorkerLost, WorkerStopped) as err:
+        who = f"user {user[0]}" if user else "this user"
+        raise WorkerUnavailable(
+            f"{who} cannot start the process that runs student code ({err}): {_READABLE}"
+        ) from None
+    finally:
+        worker.kill()
+
+
 class Worker:
     """One process that runs student (or reference) code; see the module docstring.
 
@@ -119,9 +142,7 @@ class Worker:
         except PermissionError as err:
             who = f"user {extra['user']}" if extra else "this user"
             raise WorkerUnavailable(
-                f"{who} may not run {sys.executable} ({err.strerror}): install Python and the "
-                f"course where every user can read them (the autograder's setup.sh does), or "
-                f"set {USER_ENV}=root to run student code as yourself (local trials only)"
+                f"{who} may not run {sys.executable} ({err.strerror}): {_READABLE}"
             ) from None
 
     def _wait(self) -> None:

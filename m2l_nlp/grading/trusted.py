@@ -37,6 +37,7 @@ from m2l_nlp.grading.remote import (
     WorkerLost,
     WorkerStopped,
     WorkerUnavailable,
+    check_workers_start,
     unprivileged_user,
 )
 from m2l_nlp.grading.report import results_json, score_table
@@ -222,6 +223,8 @@ def grade(
     references: dict[str, tuple[Replay, dict[str, float], Worker]] = {}
     written = []
     try:
+        if user is not None:  # said at once, not after the reference's checks
+            check_workers_start(scratch, user, LOAD_LIMIT_S)
         for practical in practicals:
             start = time.monotonic()
             references[practical] = reference_pass(practical, root, scratch)
