@@ -19,6 +19,7 @@ if this tool wrote it.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,7 @@ import zipfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from m2l_nlp.devices import checking_xla_flags
 from m2l_nlp.fileio import atomic_file
 from m2l_nlp.impl import repo_root
 
@@ -144,6 +146,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("what", choices=("autograder", "handout"))
     parser.add_argument("out", type=Path, help="the zip (autograder) or folder (handout)")
     args = parser.parse_args(argv)
+    # The handout's answers are recorded as the graded tests compute them (read when JAX
+    # starts its backend, which nothing has done yet in this process).
+    os.environ["XLA_FLAGS"] = checking_xla_flags(os.environ.get("XLA_FLAGS", ""))
     try:
         path = autograder(args.out) if args.what == "autograder" else handout(args.out)
     except (BundleError, OSError, RuntimeError) as err:
