@@ -6,8 +6,9 @@
 #
 # Run from the repository root. Where dm-haiku cannot be imported and .gpu/whl exists
 # (benchmarks/gpu_wheels.sh made it), its wheels and this project are installed into the
-# interpreter first (not into a PYTHONPATH folder: the tests' workers do not inherit it). IMDB defaults to $M2L_NLP_IMDB,
-# then .gpu/'s copy, then ../shared/data/aclImdb_v1_labeled.tar.gz. Every log goes to OUT_DIR;
+# interpreter first (not into a PYTHONPATH folder: the tests' workers do not inherit it).
+# IMDB defaults to $M2L_NLP_IMDB, then .gpu/'s copy, then
+# ../shared/data/aclImdb_v1_labeled.tar.gz. Every log goes to OUT_DIR;
 # the data and the compiled programs are cached in OUT_DIR/cache, which should be empty for
 # the cold figures. STEPS picks some of the steps below (default: all, about 14 minutes on one
 # H200, more than one 10-minute call: run it as two, e.g. STEPS="tests graded" first):
