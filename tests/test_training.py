@@ -341,9 +341,17 @@ def test_k_steps_in_one_call_equal_k_single_steps(tiny_model, tiny_params, rando
     group = np.array([*js, js[-1]], np.int32)
     valid = np.array([True, True, True, False])
     k_state, k_sums = step(k_state, k_sums, key, data, *arrays, group, valid, width, 1)
-    leaves = jax.tree_util.tree_leaves
-    for a, b in zip(leaves(state), leaves(k_state), strict=True):
+    # The key projection's bias adds the same q . b to every score of a query's row, which
+    # the softmax cancels: its gradient is float rounding alone, and Adam turns any rounding
+    # into a step of the full learning rate. Its value says nothing of the two paths' steps.
+    paths = jax.tree_util.tree_leaves_with_path(state)
+    compared = 0
+    for (path, a), b in zip(paths, jax.tree_util.tree_leaves(k_state), strict=True):
+        if "proj_k" in jax.tree_util.keystr(path) and "'b'" in jax.tree_util.keystr(path):
+            continue
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=1e-5)
+        compared += 1
+    assert compared >= len(paths) - 4  # the bias, its two moments and its average at most
     np.testing.assert_allclose(np.asarray(sums), np.asarray(k_sums), rtol=1e-5)
     assert float(k_sums[2]) == float(sums[2])  # the padding step counted no example
 
