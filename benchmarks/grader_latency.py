@@ -13,16 +13,15 @@ wall time of the whole pytest process (import and collection included).
 
 ``--trusted N`` times the grader for credit (``python -m m2l_nlp.grading.trusted``) on the
 reference solutions as a submission, student code run as the grader's own user: N rounds,
-each once at XLA's default backend optimisation level (3) and once at the quick level its
-worker processes use (``m2l_nlp.devices.checking_xla_flags``), then medians and their ratio.
+each once at XLA's default backend optimisation level (3) and once with the flags its
+worker processes use (``m2l_nlp.devices.checking_xla_flags``), then medians and their ratio
+(``benchmarks/checking_flags.py``, which times the other suites under other flags too).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,35 +51,9 @@ def grade(selection: list[str], cache: Path) -> tuple[int, float, int]:
 def trusted(rounds: int) -> int:
     """Seconds of the grader for credit on the reference, at XLA's default level and at the
     quick level, alternated (``rounds`` each); prints the medians and their ratio."""
-    seconds: dict[str, list[float]] = {"default level (3)": [], "quick level (0)": []}
-    with tempfile.TemporaryDirectory() as scratch:
-        submission = Path(scratch) / "submission"
-        submission.mkdir()
-        for path in (ROOT / "solutions").glob("practical*.py"):
-            shutil.copy2(path, submission / path.name)
-        env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "M2L_IMPL")}
-        env["M2L_GRADER_USER"] = "root"  # student code as this user (a local trial)
-        levels = {"default level (3)": "--xla_backend_optimization_level=3", "quick level (0)": ""}
-        for number in range(rounds):
-            for name, flags in levels.items():
-                command = [sys.executable, "-m", "m2l_nlp.grading.trusted", str(submission)]
-                start = time.perf_counter()
-                done = subprocess.run(
-                    [*command, str(Path(scratch) / "results.json")],
-                    cwd=ROOT,
-                    env={**env, "XLA_FLAGS": flags},
-                    capture_output=True,
-                    text=True,
-                )
-                seconds[name].append(time.perf_counter() - start)
-                score = "170 / 170" in done.stdout
-                print(f"round {number + 1}, {name}: {seconds[name][-1]:.1f} s", end="")
-                print("" if done.returncode == 0 and score else f"  (exit {done.returncode})")
-    medians = {name: statistics.median(values) for name, values in seconds.items()}
-    for name, value in medians.items():
-        print(f"median, {name}: {value:.1f} s")
-    print(f"ratio: {medians['default level (3)'] / medians['quick level (0)']:.2f}x")
-    return 0
+    from checking_flags import compare  # this folder's: run as ``python benchmarks/...``
+
+    return compare("trusted", rounds, {"default level (3)": "--xla_backend_optimization_level=3"})
 
 
 def main() -> int:

@@ -49,8 +49,8 @@ def configure_environment(
 # - XLA's backend optimisation level 0 skips LLVM's optimisation of the machine code and halves
 #   the compile time (XLA's own passes, fusion and layout, still run);
 # - on a CPU, XLA's older loop emitter in place of its fusion emitters (jaxlib 0.6 and newer
-#   have both) compiles a small training step in about half the time again: the library tests
-#   take 0.65x and the graded checks 0.75x the time;
+#   have both) compiles a small training step in about half the time again (the library
+#   tests and the grader for credit take 0.7x the time: benchmarks/checking_flags.py);
 # - on a GPU, the embedding's gradient (a scatter-add) rounds the same way in every run only
 #   when XLA is asked to be deterministic.
 # Sums may round in another order than under XLA's defaults, so results agree with training's
