@@ -21,7 +21,8 @@ pyenv_python() {  # the newest pyenv interpreter of a minor version, e.g. 3.10
 }
 
 pip_install() {  # pip_install ENV ARGS...: quiet; pip's output is shown only if it fails
-  if ! "$envs/$1/bin/python" -m pip install -q "${@:2}" > "$work/pip.log" 2>&1; then
+  # --no-compile: as in the Makefile, modules are byte-compiled when first imported
+  if ! "$envs/$1/bin/python" -m pip install -q --no-compile "${@:2}" > "$work/pip.log" 2>&1; then
     grep -v "^WARNING: Location" "$work/pip.log" >&2
     return 1
   fi
