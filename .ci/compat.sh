@@ -21,11 +21,12 @@ pyenv_python() {  # the newest pyenv interpreter of a minor version, e.g. 3.10
 }
 
 pip_install() {  # pip_install ENV ARGS...: quiet; pip's output is shown only if it fails
-  # --no-compile: as in the Makefile, modules are byte-compiled when first imported
+  # byte-compiled by compileall on every core, not by pip on one (as in the Makefile)
   if ! "$envs/$1/bin/python" -m pip install -q --no-compile "${@:2}" > "$work/pip.log" 2>&1; then
     grep -v "^WARNING: Location" "$work/pip.log" >&2
     return 1
   fi
+  "$envs/$1/bin/python" -m compileall -q -j 0 "$envs/$1/lib" > /dev/null || true  # speed only
 }
 
 new_env() {  # new_env NAME PYTHON: a fresh virtual environment under .compat/
