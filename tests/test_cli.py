@@ -209,6 +209,7 @@ def test_final_fit_run_says_so_and_has_no_validation_history(tmp_path, capsys):
     assert " 50 validation " in printed and "final fit" not in printed
 
 
+@pytest.mark.slow
 def test_no_test_run_reports_validation_only(tmp_path, capsys):
     out = tmp_path / "run"
     args = ["train", "--data", "small", "--preset", "demo", "--epochs", "1", "--no-progress"]

@@ -60,6 +60,7 @@ def test_train_and_evaluate_tests_and_saves_the_run(tmp_path):
     jax.tree_util.tree_map(np.testing.assert_array_equal, loaded.params, run.params)
 
 
+@pytest.mark.slow
 def test_an_interrupted_run_resumes_to_the_same_result(tiny, tmp_path, monkeypatch):
     """Stopped after epoch 2 of 3 (Ctrl-C), then resumed: the same parameters, history and
     test accuracy as the run that was never stopped; its partial state is then gone."""
