@@ -7,13 +7,14 @@ STAMP  := $(VENV)/.installed-stamp
 .PHONY: venv test test-slow lint train demo exercises solutions compat compat-floors compat-colab autograder handout clean
 
 # pip byte-compiles what it installs on one core (36 s of a 61 s install); compileall does
-# it on every core (19 s on 2). Compiled up front, as PYTHONDONTWRITEBYTECODE=1 (set on some
-# machines) would have every process compile jax's modules again otherwise.
+# it on every core, packages' own test folders left out (14 s on 2). Compiled up front, as
+# PYTHONDONTWRITEBYTECODE=1 (set on some machines) would have every process compile jax's
+# modules again otherwise.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q --no-compile -e '.[dev]'
-	$(BIN)/python -m compileall -q -j 0 $(VENV)/lib > /dev/null || true  # a speed-up only
+	$(BIN)/python -m compileall -q -j 0 -x '/tests?/' $(VENV)/lib > /dev/null || true  # speed only
 	touch $(STAMP)
 
 venv: $(STAMP)
