@@ -49,8 +49,8 @@ def grade(selection: list[str], cache: Path) -> tuple[int, float, int]:
 
 
 def trusted(rounds: int) -> int:
-    """Seconds of the grader for credit on the reference, at XLA's default level and at the
-    quick level, alternated (``rounds`` each); prints the medians and their ratio."""
+    """Seconds of the grader for credit on the reference, at XLA's default level and with
+    the checking flags, alternated (``rounds`` each); prints the medians and their ratio."""
     from checking_flags import compare  # this folder's: run as ``python benchmarks/...``
 
     return compare("trusted", rounds, {"default level (3)": "--xla_backend_optimization_level=3"})
