@@ -48,7 +48,7 @@ def configure_environment(
 # compiling, not running. Three flags make that cheaper:
 # - XLA's backend optimisation level 0 skips LLVM's optimisation of the machine code and halves
 #   the compile time (XLA's own passes, fusion and layout, still run);
-# - on a CPU, XLA's older loop emitter in place of its fusion emitters (jaxlib 0.6 and newer
+# - on a CPU, XLA's older loop emitter in place of its fusion emitters (jaxlib 0.6 to 0.10
 #   have both) compiles a small training step in about half the time again (the library
 #   tests and the grader for credit take 0.7x the time: benchmarks/checking_flags.py);
 # - on a GPU, the embedding's gradient (a scatter-add) rounds the same way in every run only
@@ -60,8 +60,11 @@ CHECKING_XLA_FLAGS = (
     ("xla_backend_optimization_level", "0"),
     ("xla_cpu_use_fusion_emitters", "false"),
 )
-# XLA stops a process that names a flag its version does not know: each flag's first jaxlib
-_FIRST_JAXLIB = {"xla_cpu_use_fusion_emitters": (0, 6)}
+# XLA stops a process that names a flag its version does not know. The jaxlib versions that
+# know each flag, as (first, first without): the loop emitter's switch is absent from the
+# binaries of jaxlib 0.4.36 and 0.5.0, present in 0.6.0 to 0.10.2, and jaxlib 0.11.2 stops on
+# it ("Unknown flag in XLA_FLAGS"). Left out, a flag costs compile time, never a result.
+_JAXLIB_RANGE = {"xla_cpu_use_fusion_emitters": ((0, 6), (0, 11))}
 
 
 def _jaxlib_version() -> tuple[int, ...]:
@@ -78,11 +81,12 @@ def _jaxlib_version() -> tuple[int, ...]:
 def checking_xla_flags(flags: str = "") -> str:
     """``flags`` (a value of ``XLA_FLAGS``) with :data:`CHECKING_XLA_FLAGS` added, each one
     unless ``flags`` already names it (a level the user chose wins) or the installed jaxlib
-    is too old to know it. Read when JAX starts its backend: set it in a process's
+    does not know it. Read when JAX starts its backend: set it in a process's
     environment before that."""
     version = _jaxlib_version()
     for name, value in CHECKING_XLA_FLAGS:
-        if name not in flags and version >= _FIRST_JAXLIB.get(name, (0, 0)):
+        first, first_without = _JAXLIB_RANGE.get(name, ((0, 0), (10**6,)))
+        if name not in flags and first <= version < first_without:
             flags = f"{flags} --{name}={value}".strip()
     return flags
 
