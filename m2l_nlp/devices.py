@@ -65,6 +65,10 @@ CHECKING_XLA_FLAGS = (
 # binaries of jaxlib 0.4.36 and 0.5.0, present in 0.6.0 to 0.10.2, and jaxlib 0.11.2 stops on
 # it ("Unknown flag in XLA_FLAGS"). Left out, a flag costs compile time, never a result.
 _JAXLIB_RANGE = {"xla_cpu_use_fusion_emitters": ((0, 6), (0, 11))}
+# The newest jaxlib seen to know every flag its range gives it (0.11.2, on a GPU machine). A
+# flag dropped by a later jaxlib would stop every test process, with pytest's capture hiding
+# XLA's one line: checking_xla_flags asks such a jaxlib first (_unknown_xla_flags).
+_CHECKED_THROUGH = (0, 11)
 
 
 def _jaxlib_version() -> tuple[int, ...]:
@@ -81,14 +85,51 @@ def _jaxlib_version() -> tuple[int, ...]:
 def checking_xla_flags(flags: str = "") -> str:
     """``flags`` (a value of ``XLA_FLAGS``) with :data:`CHECKING_XLA_FLAGS` added, each one
     unless ``flags`` already names it (a level the user chose wins) or the installed jaxlib
-    does not know it. Read when JAX starts its backend: set it in a process's
-    environment before that."""
+    does not know it. Read when JAX starts its backend: set it in a process's environment
+    before that. For a jaxlib newer than :data:`_CHECKED_THROUGH`, the flags are first tried
+    in a throw-away process (about a second), and those its XLA rejects are left out."""
     version = _jaxlib_version()
+    added = []
     for name, value in CHECKING_XLA_FLAGS:
         first, first_without = _JAXLIB_RANGE.get(name, ((0, 0), (10**6,)))
         if name not in flags and first <= version < first_without:
-            flags = f"{flags} --{name}={value}".strip()
-    return flags
+            added.append(f"--{name}={value}")
+    if added and version > _CHECKED_THROUGH:
+        unknown = _unknown_xla_flags(added)
+        added = [flag for flag in added if flag not in unknown]
+    return " ".join([flags, *added]).strip()
+
+
+def _unknown_xla_flags(flags: list[str]) -> set[str]:
+    """Those of ``flags`` (``--name=value`` each) that the installed XLA does not know, found
+    by starting its CPU backend in a throw-away process, once more per flag it rejects. A
+    process that fails otherwise, or hangs, counts all of them as unknown."""
+    import re
+    import subprocess
+    import sys
+
+    unknown: set[str] = set()
+    rest = list(flags)
+    while rest:
+        env = {**os.environ, "JAX_PLATFORMS": "cpu", "XLA_FLAGS": " ".join(rest)}
+        try:
+            done = subprocess.run(
+                [sys.executable, "-c", "import jax; jax.devices()"],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        except subprocess.TimeoutExpired:
+            return unknown | set(rest)
+        if done.returncode == 0:
+            return unknown
+        named = re.search(r"Unknown flags? in XLA_FLAGS: (\S+)", done.stderr)
+        if named is None or named.group(1) not in rest:
+            return unknown | set(rest)
+        unknown.add(named.group(1))
+        rest.remove(named.group(1))
+    return unknown
 
 
 def _has_filelock() -> bool:

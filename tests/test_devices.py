@@ -49,6 +49,7 @@ def test_checking_flags_name_only_what_the_installed_jaxlib_knows(monkeypatch, j
     flag (jaxlib 0.6 to 0.10) is left out for an older jaxlib (the dependency floor) and for
     a newer one (0.11.2 stopped every test worker on it)."""
     monkeypatch.setattr(devices, "_jaxlib_version", lambda: jaxlib)
+    monkeypatch.setattr(devices, "_unknown_xla_flags", lambda flags: set())  # XLA knows all
     flags = devices.checking_xla_flags("--xla_dump_to=/tmp/x").split()
     assert flags[0] == "--xla_dump_to=/tmp/x"
     assert "--xla_backend_optimization_level=0" in flags
@@ -56,6 +57,30 @@ def test_checking_flags_name_only_what_the_installed_jaxlib_knows(monkeypatch, j
     mine = "--xla_cpu_use_fusion_emitters=true"  # a choice of the user's wins
     assert devices.checking_xla_flags(mine).split().count(mine) == 1
     assert "fusion_emitters=false" not in devices.checking_xla_flags(mine)
+
+
+def test_a_jaxlib_newer_than_those_checked_keeps_only_the_flags_its_xla_knows(monkeypatch):
+    """For a jaxlib past ``_CHECKED_THROUGH`` the flags are tried in a real XLA first: one it
+    does not know is left out (here a made-up name), not passed on to stop every test."""
+    made_up = ("xla_m2l_nlp_no_such_flag", "1")
+    monkeypatch.setattr(devices, "CHECKING_XLA_FLAGS", (*devices.CHECKING_XLA_FLAGS, made_up))
+    monkeypatch.setattr(devices, "_jaxlib_version", lambda: (9, 0))
+    flags = devices.checking_xla_flags("--xla_dump_to=/tmp/x").split()
+    assert flags == [
+        "--xla_dump_to=/tmp/x",
+        "--xla_gpu_deterministic_ops=true",
+        "--xla_backend_optimization_level=0",
+    ]
+
+
+def test_a_jaxlib_already_checked_starts_no_process(monkeypatch):
+    def started(flags):
+        raise AssertionError("a jaxlib already checked needs no throw-away process")
+
+    monkeypatch.setattr(devices, "_unknown_xla_flags", started)
+    for version in [(0, 4), (0, 10), devices._CHECKED_THROUGH]:
+        monkeypatch.setattr(devices, "_jaxlib_version", lambda v=version: v)
+        assert "--xla_backend_optimization_level=0" in devices.checking_xla_flags()
 
 
 def test_the_installed_jaxlib_version_is_read():
