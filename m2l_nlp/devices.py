@@ -67,7 +67,7 @@ CHECKING_XLA_FLAGS = (
 _JAXLIB_RANGE = {"xla_cpu_use_fusion_emitters": ((0, 6), (0, 11))}
 # The newest jaxlib seen to know every flag its range gives it (0.11.2, on a GPU machine). A
 # flag dropped by a later jaxlib would stop every test process, with pytest's capture hiding
-# XLA's one line: checking_xla_flags asks such a jaxlib first (_unknown_xla_flags).
+# XLA's one line: checking_xla_flags asks such a jaxlib first (unknown_xla_flags).
 _CHECKED_THROUGH = (0, 11)
 
 
@@ -95,15 +95,15 @@ def checking_xla_flags(flags: str = "") -> str:
         if name not in flags and first <= version < first_without:
             added.append(f"--{name}={value}")
     if added and version > _CHECKED_THROUGH:
-        unknown = _unknown_xla_flags(added)
-        added = [flag for flag in added if flag not in unknown]
+        unknown = unknown_xla_flags(added)  # None: XLA did not start; add none of them
+        added = [flag for flag in added if unknown is not None and flag not in unknown]
     return " ".join([flags, *added]).strip()
 
 
-def _unknown_xla_flags(flags: list[str]) -> set[str]:
+def unknown_xla_flags(flags: list[str]) -> set[str] | None:
     """Those of ``flags`` (``--name=value`` each) that the installed XLA does not know, found
-    by starting its CPU backend in a throw-away process, once more per flag it rejects. A
-    process that fails otherwise, or hangs, counts all of them as unknown."""
+    by starting its CPU backend in a throw-away process, once more per flag it rejects;
+    ``None`` if that process fails for another reason, or hangs."""
     import re
     import subprocess
     import sys
@@ -121,12 +121,12 @@ def _unknown_xla_flags(flags: list[str]) -> set[str]:
                 timeout=120,
             )
         except subprocess.TimeoutExpired:
-            return unknown | set(rest)
+            return None
         if done.returncode == 0:
             return unknown
         named = re.search(r"Unknown flags? in XLA_FLAGS: (\S+)", done.stderr)
         if named is None or named.group(1) not in rest:
-            return unknown | set(rest)
+            return None
         unknown.add(named.group(1))
         rest.remove(named.group(1))
     return unknown

@@ -6,8 +6,8 @@ import os
 import numpy as np
 import pytest
 
+from m2l_nlp import devices
 from m2l_nlp.config import ClassifierConfig
-from m2l_nlp.devices import checking_xla_flags
 
 pytest_plugins = ["m2l_nlp.grading.pytest_plugin"]
 
@@ -20,7 +20,23 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", "")
 # deterministic: `devices.checking_xla_flags` (a flag set in XLA_FLAGS wins). JAX reads them
 # when it starts its backend, after this file is imported. Only pytest runs (and what they
 # start) compile this way: `m2l-nlp` and the training benchmarks keep XLA's defaults.
-os.environ["XLA_FLAGS"] = checking_xla_flags(os.environ.get("XLA_FLAGS", ""))
+os.environ["XLA_FLAGS"] = devices.checking_xla_flags(os.environ.get("XLA_FLAGS", ""))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """XLA stops a process at a flag it does not know, and under pytest its one line about it
+    is never printed: the user's own flags in XLA_FLAGS (not the checking flags, which are
+    tried elsewhere) are tried once, in a throw-away process, before any test starts."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return  # the main process tried them
+    ours = {name for name, _ in devices.CHECKING_XLA_FLAGS}
+    theirs = [f for f in os.environ["XLA_FLAGS"].split() if f.split("=")[0][2:] not in ours]
+    unknown = devices.unknown_xla_flags(theirs) if theirs else None
+    if unknown:  # None: JAX did not start for another reason, which the tests will show
+        raise pytest.UsageError(
+            f"XLA_FLAGS names {' '.join(sorted(unknown))}, which this jaxlib's XLA does not "
+            "know: remove it from XLA_FLAGS and run again"
+        )
 
 
 @pytest.fixture(scope="session", autouse=True)

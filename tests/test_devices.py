@@ -49,7 +49,7 @@ def test_checking_flags_name_only_what_the_installed_jaxlib_knows(monkeypatch, j
     flag (jaxlib 0.6 to 0.10) is left out for an older jaxlib (the dependency floor) and for
     a newer one (0.11.2 stopped every test worker on it)."""
     monkeypatch.setattr(devices, "_jaxlib_version", lambda: jaxlib)
-    monkeypatch.setattr(devices, "_unknown_xla_flags", lambda flags: set())  # XLA knows all
+    monkeypatch.setattr(devices, "unknown_xla_flags", lambda flags: set())  # XLA knows all
     flags = devices.checking_xla_flags("--xla_dump_to=/tmp/x").split()
     assert flags[0] == "--xla_dump_to=/tmp/x"
     assert "--xla_backend_optimization_level=0" in flags
@@ -77,7 +77,7 @@ def test_a_jaxlib_already_checked_starts_no_process(monkeypatch):
     def started(flags):
         raise AssertionError("a jaxlib already checked needs no throw-away process")
 
-    monkeypatch.setattr(devices, "_unknown_xla_flags", started)
+    monkeypatch.setattr(devices, "unknown_xla_flags", started)
     for version in [(0, 4), (0, 10), devices._CHECKED_THROUGH]:
         monkeypatch.setattr(devices, "_jaxlib_version", lambda v=version: v)
         assert "--xla_backend_optimization_level=0" in devices.checking_xla_flags()

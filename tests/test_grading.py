@@ -956,6 +956,31 @@ def test_a_run_that_grades_nothing_says_how_to_select(where, args, advice):
     assert "multihead_attention" in proc.stdout
 
 
+@pytest.mark.parametrize(
+    ("flags", "status"),
+    [
+        ("--xla_m2l_nlp_no_such_flag=1", pytest.ExitCode.USAGE_ERROR),
+        ("--xla_force_host_platform_device_count=1", pytest.ExitCode.OK),
+    ],
+)
+def test_a_flag_that_xla_does_not_know_is_named_in_one_line(flags, status):
+    """XLA ends a process at a flag it does not know, and pytest's capture would hide its
+    message: a student's run names the flag in one line before any check starts. A flag XLA
+    knows changes nothing."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "tfidf", "--co", "-q"],
+        cwd=ROOT,
+        env=dict(os.environ, XLA_FLAGS=flags),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == status, out[-2000:]
+    assert ("ERROR: XLA_FLAGS names --xla_m2l_nlp_no_such_flag=1," in proc.stderr) == bool(status)
+    assert "Traceback" not in out
+
+
 def test_a_graded_run_keeps_its_programs_on_disk_for_the_next_run(tmp_path, monkeypatch):
     """A student's `pytest -m <exercise>` stores its compiled programs in the data cache, so
     that the next run loads them; the library tests' own temporary folder does not take over."""
