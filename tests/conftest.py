@@ -27,8 +27,8 @@ def pytest_configure(config: pytest.Config) -> None:
     """XLA stops a process at a flag it does not know, and under pytest its one line about it
     is never printed: the user's own flags in XLA_FLAGS (not the checking flags, which are
     tried elsewhere) are tried once, in a throw-away process, before any test starts."""
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        return  # the main process tried them
+    if hasattr(config, "workerinput"):
+        return  # an xdist worker: the main process tried them
     ours = {name for name, _ in devices.CHECKING_XLA_FLAGS}
     theirs = [f for f in os.environ["XLA_FLAGS"].split() if f.split("=")[0][2:] not in ours]
     unknown = devices.unknown_xla_flags(theirs) if theirs else None
