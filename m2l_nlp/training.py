@@ -159,16 +159,22 @@ def _make_epoch_step(
     ema_decay: float = 0.0,
     tie: Callable | None = None,
 ) -> Callable:
-    """The jitted epoch step: ``step(state, sums, key, data, plan..., js, valid, width,
-    micro)`` runs the optimizer steps of batches ``js`` (a ``(K,)`` array; ``valid`` says
-    which of them count) in one call: a ``lax.scan`` when K > 1. A step that does not count
-    (the last group of an epoch, filled up to K) leaves the state and the sums as they were,
-    its optimizer count and weight average included, so the result is that of the counted
-    steps run one by one; K is part of the shapes, so one program serves every epoch. With
-    K = 1 a step is two programs: the batch's gradient (compiled per width) and the update
-    (compiled once). Made once per model, optimizer and settings: a second run with the
-    same ones (a notebook's cell run again, a resumed run) reuses the programs the first
-    one compiled."""
+    """The jitted epoch step: ``step(state, sums, at, key, data, plan..., group_js,
+    group_valid, width, micro)`` runs the optimizer steps of the epoch's call ``at`` (a
+    device scalar, returned plus one): batches ``group_js[at]`` (``(K,)``; ``group_valid[at]``
+    says which of them count), in a ``lax.scan`` when K > 1. A step that does not count (the
+    last group of a width, filled up to K) leaves the state and the sums as they were, its
+    optimizer count and weight average included, so the result is that of the counted steps
+    run one by one; K is part of the shapes, so one program serves every epoch. With K = 1 a
+    step is two programs: the batch's gradient (compiled per width) and the update (compiled
+    once). Made once per model, optimizer and settings: a second run with the same ones (a
+    notebook's cell run again, a resumed run) reuses the programs the first one compiled.
+
+    Every argument of a call is a buffer the epoch placed once or one the previous call gave
+    back (donated, so written in place): the calls of an epoch pass the same device addresses
+    again and again. On a GPU, XLA records a program's runs of kernels as CUDA graphs and
+    records them again whenever an address it captured has changed; a batch index copied
+    from the host at every call would be such an address."""
     shard = devices.batch_sharded(mesh)
     out = devices.replicated(mesh)
 
@@ -200,21 +206,30 @@ def _make_epoch_step(
     # One step per call (K = 1): the gradient (one program per width) and the update (one
     # program for every width) are compiled apart, so each width compiles only the model's
     # forward and backward pass, not another copy of the optimizer and the weight average.
+    def first_grads(params, sums, at, key, data, plan_idx, plan_starts, plan_weights, group_js,
+                    width, micro):  # fmt: skip
+        j = group_js[at, 0]
+        grads, sums = batch_grads(
+            params, sums, key, data, plan_idx, plan_starts, plan_weights, j, width, micro
+        )
+        return grads, sums, at + 1
+
     grads_program = jax.jit(
-        batch_grads,
+        first_grads,
         static_argnames=("width", "micro"),
-        donate_argnames="sums",
-        out_shardings=(out, out),
+        donate_argnames=("sums", "at"),
+        out_shardings=(out, out, out),
     )
     update_program = jax.jit(advance, donate_argnames="state", out_shardings=out)
 
     @functools.partial(
         jax.jit,
         static_argnames=("width", "micro"),
-        donate_argnames=("state", "sums"),
-        out_shardings=(out, out),
+        donate_argnames=("state", "sums", "at"),
+        out_shardings=(out, out, out),
     )
-    def steps(state, sums, key, data, plan_idx, plan_starts, plan_weights, js, valid, width, micro):
+    def steps(state, sums, at, key, data, plan_idx, plan_starts, plan_weights, group_js,
+              group_valid, width, micro):  # fmt: skip
         plan = (plan_idx, plan_starts, plan_weights)
 
         def body(carry, x):
@@ -222,20 +237,21 @@ def _make_epoch_step(
             new = one(*carry, key, data, *plan, j, width, micro)
             return jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, carry), None
 
-        (state, sums), _ = jax.lax.scan(body, (state, sums), (js, valid))
-        return state, sums
+        (state, sums), _ = jax.lax.scan(body, (state, sums), (group_js[at], group_valid[at]))
+        return state, sums, at + 1
 
-    def step(state, sums, key, data, plan_idx, plan_starts, plan_weights, js, valid, width, micro):
-        if len(js) > 1:
+    def step(state, sums, at, key, data, plan_idx, plan_starts, plan_weights, group_js,
+             group_valid, width, micro):  # fmt: skip
+        if group_js.shape[1] > 1:
             return steps(
-                state, sums, key, data, plan_idx, plan_starts, plan_weights, js, valid,
-                width=width, micro=micro,
+                state, sums, at, key, data, plan_idx, plan_starts, plan_weights, group_js,
+                group_valid, width=width, micro=micro,
             )  # fmt: skip
-        grads, sums = grads_program(
-            state.params, sums, key, data, plan_idx, plan_starts, plan_weights, js[0],
+        grads, sums, at = grads_program(
+            state.params, sums, at, key, data, plan_idx, plan_starts, plan_weights, group_js,
             width=width, micro=micro,
         )  # fmt: skip
-        return update_program(state, grads), sums
+        return update_program(state, grads), sums, at
 
     return step
 
@@ -334,14 +350,18 @@ def train(
             settings.crop_len,
             np.random.default_rng([settings.seed, epoch]),
         )
-        arrays = devices.put_replicated((plan.idx, plan.starts, plan.weights), mesh)
+        groups = batching.step_groups(plan.widths, settings.steps_per_call)
+        group_js = np.stack([js for _, js, _ in groups])
+        group_valid = np.stack([valid for _, _, valid in groups])
+        arrays = (plan.idx, plan.starts, plan.weights, group_js, group_valid)
+        arrays = devices.put_replicated(arrays, mesh)  # once per epoch, as every call's input
         sums = devices.put_replicated(np.zeros(3, np.float32), mesh)
+        at = devices.put_replicated(np.zeros((), np.int32), mesh)  # the call, counted on device
         epoch_key = _epoch_key(settings.seed, epoch)
         desc = f"epoch {epoch + 1}/{settings.epochs}"
-        groups = batching.step_groups(plan.widths, settings.steps_per_call)
-        for width, js, valid in tqdm(groups, desc=desc, disable=not progress, leave=False):
-            state, sums = step(
-                state, sums, epoch_key, train_data, *arrays, js, valid, width, micro(width)
+        for width, _, _ in tqdm(groups, desc=desc, disable=not progress, leave=False):
+            state, sums, at = step(
+                state, sums, at, epoch_key, train_data, *arrays, width, micro(width)
             )
         loss_sum, correct, count = (float(x) for x in jax.device_get(sums))
         history["loss"].append(loss_sum / count)
