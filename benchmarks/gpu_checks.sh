@@ -17,7 +17,9 @@
 #   train_k1    `make train`'s job, cold: test accuracy, wall time, programs compiled;
 #   train_k8    the same job at 8 steps per call (its data and evaluation programs cached);
 #   tests       every library test, the slow ones too, in parallel workers;
-#   graded      the graded checks against the reference solutions (one process: they refuse -n).
+#   graded      the graded checks against the reference solutions (one process: they refuse -n);
+#   xla_flags   not in the default list: K = 8 throughput and the step's operations under a few
+#               XLA_FLAGS that could give the batch-8 step fewer or cheaper kernels.
 set -u
 out=${1:?usage: bash benchmarks/gpu_checks.sh OUT_DIR [IMDB]}
 imdb=${2:-${M2L_NLP_IMDB:-$(ls .gpu/aclImdb_v1_labeled.tar.gz 2>/dev/null || echo ../shared/data/aclImdb_v1_labeled.tar.gz)}}
@@ -41,7 +43,7 @@ step() {  # NAME LIMIT_S COMMAND...: run it if STEPS names it, log it, say how i
     timeout "$limit" "$@" > "$out/$name.log" 2>&1
     local rc=$?
     [ $rc = 124 ] && echo "   stopped at its limit" || echo "   exit $rc"
-    grep -E "median|ratio|operations|programs|accuracy|passed|failed|total time" "$out/$name.log" | tail -12
+    grep -E "XLA_FLAGS=|median|ratio|operations|programs|accuracy|passed|failed|total time" "$out/$name.log" | tail -15
 }
 
 step count_ops 180 python3 benchmarks/train_throughput.py --data "$imdb" --examples 400 \
@@ -56,4 +58,16 @@ step tests 300 python3 -m pytest tests --ignore=tests/graded --impl solutions -q
     -n "$(nproc)" -p no:cacheprovider \
     --deselect tests/test_autograder.py::test_gradescope_bundle_grades_and_resists_tricks
 step graded 150 python3 -m pytest tests/graded --impl solutions -q -p no:cacheprovider
+# Each variant in its own process (XLA reads XLA_FLAGS once; a flag this jaxlib does not know
+# stops only that process, with XLA's message in the log).
+flag_screen() {
+    local flags
+    for flags in "" --xla_gpu_triton_gemm_any=true \
+        --xla_gpu_enable_command_buffer=+WHILE,+CONDITIONAL; do
+        echo "XLA_FLAGS=$flags"
+        XLA_FLAGS="$flags" python3 benchmarks/train_throughput.py --data "$imdb" \
+            --examples 4000 --seed-steps 300 --repeats 3 --steps-per-call 8 --count-ops
+    done
+}
+step xla_flags 400 bash -c "$(declare -f flag_screen); imdb='$imdb'; flag_screen"
 echo "== done at $(($(date +%s) - start)) s; logs in $out"
