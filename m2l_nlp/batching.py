@@ -159,11 +159,20 @@ def train_plan(
     return BatchPlan(idx, starts, weights, tuple(b[2] for b in batches))
 
 
-def step_groups(widths: tuple[int, ...], k: int) -> list[tuple[int, np.ndarray, np.ndarray]]:
-    """The batches of an epoch plan as calls of ``k`` steps: ``(width, js, valid)`` each.
+class StepGroups(NamedTuple):
+    """An epoch's calls of ``K`` steps: ``widths`` (one per call), batch indices ``js (G, K)``
+    and ``valid (G, K)`` (False for the steps that fill up a width's last call)."""
+
+    widths: tuple[int, ...]
+    js: np.ndarray
+    valid: np.ndarray
+
+
+def step_groups(widths: tuple[int, ...], k: int) -> StepGroups:
+    """The batches of an epoch plan as calls of ``k`` steps.
 
     Batches of one width go together, ``k`` at a time, in the plan's order; a width's last
-    group is filled up with its last batch, marked not valid. Calls are ordered by their
+    call is filled up with its last batch, marked not valid. Calls are ordered by their
     first batch. With ``k == 1`` that is the plan itself, one batch per call.
     """
     by_width: dict[int, list[int]] = {}
@@ -173,10 +182,13 @@ def step_groups(widths: tuple[int, ...], k: int) -> list[tuple[int, np.ndarray, 
     for width, js in by_width.items():
         for first in range(0, len(js), k):
             chunk = js[first : first + k]
-            valid = np.arange(k) < len(chunk)
-            padded = np.array(chunk + [chunk[-1]] * (k - len(chunk)), np.int32)
-            groups.append((width, padded, valid))
-    return sorted(groups, key=lambda g: int(g[1][0]))
+            groups.append((chunk[0], width, chunk + [chunk[-1]] * (k - len(chunk)), len(chunk)))
+    groups.sort()
+    return StepGroups(
+        tuple(width for _, width, _, _ in groups),
+        np.array([js for _, _, js, _ in groups], np.int32).reshape(-1, k),
+        np.array([np.arange(k) < n for _, _, _, n in groups], bool).reshape(-1, k),
+    )
 
 
 def eval_plan(

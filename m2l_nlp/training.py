@@ -159,27 +159,24 @@ def _make_epoch_step(
     ema_decay: float = 0.0,
     tie: Callable | None = None,
 ) -> Callable:
-    """The jitted epoch step: ``step(state, sums, at, key, data, plan..., group_js,
-    group_valid, width, micro)`` runs the optimizer steps of the epoch's call ``at`` (a
-    device scalar, returned plus one): batches ``group_js[at]`` (``(K,)``; ``group_valid[at]``
-    says which of them count), in a ``lax.scan`` when K > 1. A step that does not count (the
-    last group of a width, filled up to K) leaves the state and the sums as they were, its
-    optimizer count and weight average included, so the result is that of the counted steps
-    run one by one; K is part of the shapes, so one program serves every epoch. With K = 1 a
-    step is two programs: the batch's gradient (compiled per width) and the update (compiled
-    once). Made once per model, optimizer and settings: a second run with the same ones (a
-    notebook's cell run again, a resumed run) reuses the programs the first one compiled.
+    """The jitted epoch step: ``step(state, sums, at, key, data, plan, width, micro)`` runs
+    call ``at`` of the epoch (a device scalar, returned plus one). ``plan`` is the epoch's
+    ``(idx, starts, weights, group_js, group_valid)`` on the device: the call runs the steps
+    of batches ``group_js[at]`` (``(K,)``) that ``group_valid[at]`` counts, in a ``lax.scan``
+    when K > 1. A step that does not count leaves the state and the sums as they were
+    (optimizer count and weight average included), so the result is that of the counted
+    steps run one by one; K is part of the shapes, so one program serves every epoch. With
+    K = 1 a step is two programs: the gradient (per width) and the update (once). Made once
+    per model, optimizer and settings: a run started again reuses the programs.
 
-    Every argument of a call is a buffer the epoch placed once or one the previous call gave
-    back (donated, so written in place): the calls of an epoch pass the same device addresses
-    again and again. On a GPU, XLA records a program's runs of kernels as CUDA graphs and
-    records them again whenever an address it captured has changed; a batch index copied
-    from the host at every call would be such an address."""
+    Every argument is a buffer placed once per epoch or one the previous call gave back
+    (donated): calls pass the same device addresses, so XLA replays its CUDA graphs of them
+    on a GPU (it records a graph again when an address it captured changes)."""
     shard = devices.batch_sharded(mesh)
     out = devices.replicated(mesh)
 
-    def batch_grads(params, sums, key, data, plan_idx, plan_starts, plan_weights, j, width, micro):
-        idx, starts, weights = plan_idx[j], plan_starts[j], plan_weights[j]
+    def batch_grads(params, sums, key, data, plan, j, width, micro):
+        idx, starts, weights = (a[j] for a in plan[:3])
         ids, mask, labels = batching.gather(data, idx, starts, width)
         step_key, drop_key = jax.random.split(jax.random.fold_in(key, j))
         if token_dropout > 0:  # word dropout: hidden tokens become padding
@@ -197,60 +194,34 @@ def _make_epoch_step(
     def advance(state, grads):
         return _apply_grads(state, grads, optimizer, ema_decay)
 
-    def one(state, sums, key, data, plan_idx, plan_starts, plan_weights, j, width, micro):
-        grads, sums = batch_grads(
-            state.params, sums, key, data, plan_idx, plan_starts, plan_weights, j, width, micro
-        )
-        return advance(state, grads), sums
-
     # One step per call (K = 1): the gradient (one program per width) and the update (one
     # program for every width) are compiled apart, so each width compiles only the model's
     # forward and backward pass, not another copy of the optimizer and the weight average.
-    def first_grads(params, sums, at, key, data, plan_idx, plan_starts, plan_weights, group_js,
-                    width, micro):  # fmt: skip
-        j = group_js[at, 0]
-        grads, sums = batch_grads(
-            params, sums, key, data, plan_idx, plan_starts, plan_weights, j, width, micro
-        )
+    def first_grads(params, sums, at, key, data, plan, width, micro):
+        grads, sums = batch_grads(params, sums, key, data, plan, plan[3][at, 0], width, micro)
         return grads, sums, at + 1
 
-    grads_program = jax.jit(
-        first_grads,
-        static_argnames=("width", "micro"),
-        donate_argnames=("sums", "at"),
-        out_shardings=(out, out, out),
-    )
+    jit = functools.partial(jax.jit, static_argnames=("width", "micro"))
+    grads_program = jit(first_grads, donate_argnames=("sums", "at"), out_shardings=(out,) * 3)
     update_program = jax.jit(advance, donate_argnames="state", out_shardings=out)
 
-    @functools.partial(
-        jax.jit,
-        static_argnames=("width", "micro"),
-        donate_argnames=("state", "sums", "at"),
-        out_shardings=(out, out, out),
-    )
-    def steps(state, sums, at, key, data, plan_idx, plan_starts, plan_weights, group_js,
-              group_valid, width, micro):  # fmt: skip
-        plan = (plan_idx, plan_starts, plan_weights)
-
+    @functools.partial(jit, donate_argnames=("state", "sums", "at"), out_shardings=(out,) * 3)
+    def steps(state, sums, at, key, data, plan, width, micro):
         def body(carry, x):
-            j, ok = x
-            new = one(*carry, key, data, *plan, j, width, micro)
+            (state, sums), (j, ok) = carry, x
+            grads, new_sums = batch_grads(state.params, sums, key, data, plan, j, width, micro)
+            new = (advance(state, grads), new_sums)
             return jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, carry), None
 
-        (state, sums), _ = jax.lax.scan(body, (state, sums), (group_js[at], group_valid[at]))
+        (state, sums), _ = jax.lax.scan(body, (state, sums), (plan[3][at], plan[4][at]))
         return state, sums, at + 1
 
-    def step(state, sums, at, key, data, plan_idx, plan_starts, plan_weights, group_js,
-             group_valid, width, micro):  # fmt: skip
-        if group_js.shape[1] > 1:
-            return steps(
-                state, sums, at, key, data, plan_idx, plan_starts, plan_weights, group_js,
-                group_valid, width=width, micro=micro,
-            )  # fmt: skip
+    def step(state, sums, at, key, data, plan, width, micro):
+        if plan[3].shape[1] > 1:
+            return steps(state, sums, at, key, data, plan, width=width, micro=micro)
         grads, sums, at = grads_program(
-            state.params, sums, at, key, data, plan_idx, plan_starts, plan_weights, group_js,
-            width=width, micro=micro,
-        )  # fmt: skip
+            state.params, sums, at, key, data, plan, width=width, micro=micro
+        )
         return update_program(state, grads), sums, at
 
     return step
@@ -351,17 +322,15 @@ def train(
             np.random.default_rng([settings.seed, epoch]),
         )
         groups = batching.step_groups(plan.widths, settings.steps_per_call)
-        group_js = np.stack([js for _, js, _ in groups])
-        group_valid = np.stack([valid for _, _, valid in groups])
-        arrays = (plan.idx, plan.starts, plan.weights, group_js, group_valid)
+        arrays = (plan.idx, plan.starts, plan.weights, groups.js, groups.valid)
         arrays = devices.put_replicated(arrays, mesh)  # once per epoch, as every call's input
         sums = devices.put_replicated(np.zeros(3, np.float32), mesh)
         at = devices.put_replicated(np.zeros((), np.int32), mesh)  # the call, counted on device
         epoch_key = _epoch_key(settings.seed, epoch)
         desc = f"epoch {epoch + 1}/{settings.epochs}"
-        for width, _, _ in tqdm(groups, desc=desc, disable=not progress, leave=False):
+        for width in tqdm(groups.widths, desc=desc, disable=not progress, leave=False):
             state, sums, at = step(
-                state, sums, at, epoch_key, train_data, *arrays, width, micro(width)
+                state, sums, at, epoch_key, train_data, arrays, width, micro(width)
             )
         loss_sum, correct, count = (float(x) for x in jax.device_get(sums))
         history["loss"].append(loss_sum / count)

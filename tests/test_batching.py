@@ -101,13 +101,10 @@ def test_windows_cover_every_token_of_every_review():
 def test_step_groups_cover_every_batch_once_and_pad_the_last_group():
     widths = (64, 32, 64, 64, 32, 64, 64)
     groups = batching.step_groups(widths, 3)
-    counted = sorted(int(j) for _, js, valid in groups for j in js[valid])
-    assert counted == list(range(len(widths)))
-    for width, js, _ in groups:
-        assert len(js) == 3 and all(widths[j] == width for j in js)
-    assert [(w, js.tolist(), v.tolist()) for w, js, v in groups] == [
-        (64, [0, 2, 3], [True, True, True]),
-        (32, [1, 4, 4], [True, True, False]),
-        (64, [5, 6, 6], [True, True, False]),
-    ]
-    assert [int(js[0]) for _, js, _ in batching.step_groups(widths, 1)] == list(range(7))
+    assert sorted(groups.js[groups.valid].tolist()) == list(range(len(widths)))
+    for width, js in zip(groups.widths, groups.js, strict=True):
+        assert all(widths[j] == width for j in js)
+    assert groups.widths == (64, 32, 64)
+    assert groups.js.tolist() == [[0, 2, 3], [1, 4, 4], [5, 6, 6]]
+    assert groups.valid.tolist() == [[True] * 3, [True, True, False], [True, True, False]]
+    assert batching.step_groups(widths, 1).js.tolist() == [[j] for j in range(7)]

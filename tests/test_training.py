@@ -336,12 +336,12 @@ def test_k_steps_in_one_call_equal_k_single_steps(tiny_model, tiny_params, rando
 
     state, sums, at, arrays = fresh(np.array([[j] for j in js], np.int32), np.ones((3, 1), bool))
     for _ in js:  # the calls read their batch through the counter ``at``
-        state, sums, at = step(state, sums, at, key, data, *arrays, width, 1)
+        state, sums, at = step(state, sums, at, key, data, arrays, width, 1)
     assert int(at) == 3
     group = np.array([[*js, js[-1]]], np.int32)
     valid = np.array([[True, True, True, False]])
     k_state, k_sums, k_at, arrays = fresh(group, valid)
-    k_state, k_sums, k_at = step(k_state, k_sums, k_at, key, data, *arrays, width, 1)
+    k_state, k_sums, k_at = step(k_state, k_sums, k_at, key, data, arrays, width, 1)
     assert int(k_at) == 1
     # The key projection's bias adds the same q . b to every score of a query's row, which
     # the softmax cancels: its gradient is float rounding alone, and Adam turns any rounding
