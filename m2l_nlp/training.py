@@ -198,7 +198,8 @@ def _make_epoch_step(
     # program for every width) are compiled apart, so each width compiles only the model's
     # forward and backward pass, not another copy of the optimizer and the weight average.
     def first_grads(params, sums, at, key, data, plan, width, micro):
-        grads, sums = batch_grads(params, sums, key, data, plan, plan[3][at, 0], width, micro)
+        *_, group_js, _ = plan
+        grads, sums = batch_grads(params, sums, key, data, plan, group_js[at, 0], width, micro)
         return grads, sums, at + 1
 
     jit = functools.partial(jax.jit, static_argnames=("width", "micro"))
@@ -213,11 +214,13 @@ def _make_epoch_step(
             new = (advance(state, grads), new_sums)
             return jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, carry), None
 
-        (state, sums), _ = jax.lax.scan(body, (state, sums), (plan[3][at], plan[4][at]))
+        *_, group_js, group_valid = plan
+        (state, sums), _ = jax.lax.scan(body, (state, sums), (group_js[at], group_valid[at]))
         return state, sums, at + 1
 
     def step(state, sums, at, key, data, plan, width, micro):
-        if plan[3].shape[1] > 1:
+        *_, group_js, _ = plan
+        if group_js.shape[1] > 1:  # (G, K)
             return steps(state, sums, at, key, data, plan, width=width, micro=micro)
         grads, sums, at = grads_program(
             state.params, sums, at, key, data, plan, width=width, micro=micro
