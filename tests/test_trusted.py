@@ -113,8 +113,8 @@ def student_file(tmp_path_factory) -> Path:
     return folder
 
 
-def _worker(folder: Path) -> Worker:
-    worker = Worker(folder, None)
+def _worker(folder: Path, env: dict[str, str] | None = None) -> Worker:
+    worker = Worker(folder, None, env=env)
     worker.limit, worker.deadline = 60.0, time.monotonic() + 60
     worker.request({"op": "load", "path": str(folder / "practical_x.py"), "name": "practical_x"})
     return worker
@@ -170,6 +170,43 @@ def test_worker_compiles_as_the_graded_tests_do_unless_told_otherwise(
     assert [f for f in flags if "optimization_level" in f] == [
         f"--xla_backend_optimization_level={level}"
     ]
+
+
+def test_only_the_reference_worker_keeps_its_programs_in_a_folder_of_its_own(
+    student_file, tmp_path, monkeypatch
+):
+    """The reference's worker compiles each program of a grading run once (its second
+    compile of the same program is read back) from a folder that only the grader's user may
+    open; a student's worker is given no such folder and writes nothing there."""
+    from m2l_nlp.grading import trusted
+
+    env = trusted._reference_programs(tmp_path)
+    folder = Path(env["JAX_COMPILATION_CACHE_DIR"])
+    assert folder.parent == tmp_path and folder.stat().st_mode & 0o777 == 0o700
+    for kept, extra in ((False, None), (True, env)):  # a student's worker, the reference's
+        worker = _worker(student_file, extra)
+        try:
+            np.testing.assert_array_equal(jitted(RemoteNamespace(worker).double)(np.ones(2)), 2)
+        finally:
+            worker.kill()
+        assert bool(list(folder.iterdir())) == kept
+
+    started = []
+
+    class Started(Exception):
+        pass
+
+    def start(folder, practical, user, home, env=None):
+        started.append(env)
+        raise Started
+
+    monkeypatch.setattr(trusted, "_start", start)
+    with pytest.raises(Started):  # the reference's worker: a folder of its own
+        trusted.reference_pass("practical2_transformers", ROOT, tmp_path)
+    with pytest.raises(Started):  # a student's worker: none
+        trusted.grade_practical("practical2_transformers", "", tmp_path, None, None, {})
+    assert started[0]["JAX_COMPILATION_CACHE_DIR"].startswith(str(tmp_path))
+    assert started[1] is None
 
 
 def test_worker_that_hangs_is_stopped_at_its_deadline(student_file):

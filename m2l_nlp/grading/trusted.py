@@ -66,9 +66,16 @@ def _practicals(exercises: dict[str, Exercise]) -> list[str]:
     return list(dict.fromkeys(ex.practical for ex in exercises.values()))
 
 
-def _start(folder: Path, practical: str, user: tuple[int, int] | None, home: Path) -> Worker:
-    """A worker with ``folder/<practical>.py`` imported (raises what the import raised)."""
-    worker = Worker(folder, user, env={"HOME": str(home)})
+def _start(
+    folder: Path,
+    practical: str,
+    user: tuple[int, int] | None,
+    home: Path,
+    env: dict[str, str] | None = None,
+) -> Worker:
+    """A worker with ``folder/<practical>.py`` imported (raises what the import raised);
+    ``env``: more of its environment variables."""
+    worker = Worker(folder, user, env={"HOME": str(home), **(env or {})})
     worker.limit, worker.deadline = LOAD_LIMIT_S, time.monotonic() + LOAD_LIMIT_S
     try:
         worker.request({"op": "load", "path": str(folder / f"{practical}.py"), "name": practical})
@@ -79,6 +86,23 @@ def _start(folder: Path, practical: str, user: tuple[int, int] | None, home: Pat
     return worker
 
 
+def _reference_programs(scratch: Path) -> dict[str, str]:
+    """The environment that keeps the reference worker's compiled programs on disk, in a
+    folder of ``scratch`` that only the grader's user may open (``mkdtemp``: mode 0700).
+
+    While recording, every check runs the reference twice, once as the graded code and once
+    as the reference, and each side compiles programs of its own, most of them the same
+    programs: the second is then read back, not compiled (practical 2's pass in about 0.7x
+    the time, ``benchmarks/README.md``). Student workers get no cache: their user cannot open
+    this folder, so they can neither plant a program for the reference to run nor run one
+    of its programs."""
+    folder = tempfile.mkdtemp(prefix="reference-programs-", dir=scratch)
+    return {
+        "JAX_COMPILATION_CACHE_DIR": folder,
+        "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+    }
+
+
 def reference_pass(
     practical: str, root: Path, scratch: Path
 ) -> tuple[Replay, dict[str, float], Worker]:
@@ -87,7 +111,7 @@ def reference_pass(
     source = root / "solutions" / f"{practical}.py"
     if not source.is_file():
         raise GraderBroken(f"{source} is missing: the autograder needs solutions/")
-    worker = _start(source.parent, practical, None, scratch)
+    worker = _start(source.parent, practical, None, scratch, _reference_programs(scratch))
     remote = RemoteNamespace(worker)
     stubs = stub_lines_from(str(source))
     try:
