@@ -10,7 +10,12 @@ cache, as on a fresh clone. Suites:
 - ``library``: the library tests (``make test``'s last line, 2 workers);
 - ``slow``: the end-to-end tests (``make test-slow``);
 - ``trusted``: the grader for credit (``python -m m2l_nlp.grading.trusted``) on the
-  reference solutions as a submission, student code run as the grader's own user.
+  reference solutions as a submission, student code run as the grader's own user;
+- ``notebook``: ``check()`` of every exercise on the reference solutions in a plain process,
+  as a notebook's check cells run. The variant that gives every check XLA's defaults, as a
+  kernel did before its checks took the checking flags as per-program options:
+  ``--variant "XLA defaults=--xla_backend_optimization_level=3
+  --xla_cpu_use_fusion_emitters=true --xla_gpu_deterministic_ops=false"``.
 
     python benchmarks/checking_flags.py --suite graded --rounds 3 \\
         --variant "fusion emitters=--xla_cpu_use_fusion_emitters=true"
@@ -31,6 +36,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = "as shipped"
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
+# Every exercise's check() on the reference solutions in one plain process, as a notebook's
+# kernel runs its check cells: no pytest, so the checking flags reach only the checks' own
+# programs (devices.checking_compiler_options), unless XLA_FLAGS names them.
+NOTEBOOK_CHECKS = """
+import sys
+from m2l_nlp.grading import check
+from m2l_nlp.grading.registry import load_exercises
+from m2l_nlp.grading.runner import reference
+results = [
+    check(name, *(getattr(reference(ex.practical), t) for t in ex.targets), verbose=False)
+    for name, ex in load_exercises().items()
+]
+sys.exit(0 if all(r.status == "passed" for r in results) else 1)
+"""
 SUITES = {
     "graded": [*PYTEST, "tests/graded", "--impl", "solutions"],
     "library": [*PYTEST, "tests", "--ignore=tests/graded", "--impl", "solutions", "-n", "2"]
@@ -38,6 +57,7 @@ SUITES = {
     "slow": [*PYTEST, "tests", "--ignore=tests/graded", "--impl", "solutions", "-n", "2"]
     + ["-m", "slow"],
     "trusted": [sys.executable, "-m", "m2l_nlp.grading.trusted"],
+    "notebook": [sys.executable, "-c", NOTEBOOK_CHECKS],
 }
 
 

@@ -83,6 +83,22 @@ def test_a_jaxlib_already_checked_starts_no_process(monkeypatch):
         assert "--xla_backend_optimization_level=0" in devices.checking_xla_flags()
 
 
+def test_the_checking_flags_as_one_programs_options_are_those_xla_flags_lacks():
+    """For the graded checks in a process started without the checking flags (a notebook's
+    kernel): each flag the installed jaxlib knows becomes an option of the program, typed as
+    XLA wants it, unless XLA_FLAGS already names it; XLA compiles with them."""
+    added = devices.checking_xla_flags("").split()
+    options = devices.checking_compiler_options("")
+    assert len(options) == len(added) and options["xla_backend_optimization_level"] == 0
+    assert options["xla_gpu_deterministic_ops"] is True
+    theirs = "--xla_backend_optimization_level=2 --xla_dump_to=/tmp/x"
+    rest = devices.checking_compiler_options(theirs)
+    assert rest == {k: v for k, v in options.items() if k != "xla_backend_optimization_level"}
+    assert devices.checking_compiler_options() == {}  # pytest's XLA_FLAGS have them all
+    doubled = jax.jit(lambda x: 2 * x, compiler_options=options)
+    assert doubled(jnp.arange(3.0)).tolist() == [0.0, 2.0, 4.0]
+
+
 def test_the_installed_jaxlib_version_is_read():
     import jaxlib
 

@@ -784,6 +784,24 @@ def test_check_in_a_notebook(capsys):
         exec("check('attention', MultiheadAttention)", nb)
 
 
+def test_check_in_a_notebook_gives_its_programs_the_checking_flags(monkeypatch):
+    """A notebook's kernel starts without the checking flags (it trains too), so check()
+    compiles its programs with them as per-program options (devices.checking_compiler_options;
+    under pytest XLA_FLAGS has them and there are none). A made-up option, which XLA refuses
+    by name, shows which programs receive them: the checks that compile fail on it."""
+    from m2l_nlp import devices
+
+    made_up = "xla_m2l_nlp_no_such_option"
+    monkeypatch.setattr(devices, "checking_compiler_options", lambda: {made_up: 1})
+    nb = _notebook((ROOT / "solutions" / "practical2_transformers.py").read_text())
+    exec("result = check('multihead_attention', MultiheadAttention, verbose=False)", nb)
+    checks = nb["result"].checks
+    assert all(c.status != "passed" and made_up in c.message for c in checks), checks
+    monkeypatch.setattr(devices, "checking_compiler_options", lambda: {})
+    exec("result = check('multihead_attention', MultiheadAttention, verbose=False)", nb)
+    assert nb["result"].status == "passed"
+
+
 # ------------------------------------------------------------------------------------------
 # end to end: pytest in a subprocess on a copy of the repository
 

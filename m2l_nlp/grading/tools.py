@@ -16,6 +16,7 @@ import haiku as hk
 import jax
 import numpy as np
 
+from m2l_nlp import devices
 from m2l_nlp.grading.registry import CheckFailure
 from m2l_nlp.transform import funcs_from_stateful
 
@@ -83,7 +84,14 @@ def jitted(func: Callable[..., Any], *static_argnums: int) -> Callable[..., Any]
     another process."""
     if isinstance(func, ElsewhereFunction):
         return func.jitted(static_argnums)
-    return jax.jit(func, static_argnums=static_argnums)
+    return _jit(func, static_argnums)
+
+
+def _jit(func: Callable[..., Any], static_argnums: tuple[int, ...] = ()) -> Callable[..., Any]:
+    """``jax.jit`` with the checking flags as the program's options where the process lacks
+    them (in a notebook: :func:`~m2l_nlp.devices.checking_compiler_options`)."""
+    options = devices.checking_compiler_options()
+    return jax.jit(func, static_argnums=static_argnums, compiler_options=options or None)
 
 
 def fail(message: str) -> None:
@@ -227,9 +235,9 @@ def run_haiku(
         return namespace.run_haiku(build, params, args, key=key, jit=jit)
     transformed = funcs_from_stateful(build(namespace), jit=False).model
     if params is None:
-        init = jax.jit(transformed.init) if jit else transformed.init
+        init = _jit(transformed.init) if jit else transformed.init
         return init(key if key is not None else jax.random.PRNGKey(0), *args)
-    apply = jax.jit(transformed.apply) if jit else transformed.apply
+    apply = _jit(transformed.apply) if jit else transformed.apply
     return apply(params, key, *args)
 
 
