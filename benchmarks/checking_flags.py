@@ -12,10 +12,18 @@ cache, as on a fresh clone. Suites:
 - ``trusted``: the grader for credit (``python -m m2l_nlp.grading.trusted``) on the
   reference solutions as a submission, student code run as the grader's own user;
 - ``notebook``: ``check()`` of every exercise on the reference solutions in a plain process,
-  as a notebook's check cells run. The variant that gives every check XLA's defaults, as a
-  kernel did before its checks took the checking flags as per-program options:
-  ``--variant "XLA defaults=--xla_backend_optimization_level=3
-  --xla_cpu_use_fusion_emitters=true --xla_gpu_deterministic_ops=false"``.
+  as a notebook's check cells run;
+- ``handout``: the same in a student's copy (``make handout``, built once per call), where the
+  checks compare with the reference's recorded answers and compile the student's side only.
+
+The variant that gives every check XLA's defaults, as a kernel did before its checks took the
+checking flags as per-program options (its flags are XLA's defaults, and a flag named in
+``XLA_FLAGS`` is no program's option)::
+
+    --variant "XLA defaults=--xla_backend_optimization_level=3
+    --xla_cpu_use_fusion_emitters=true --xla_gpu_deterministic_ops=false"
+
+An example:
 
     python benchmarks/checking_flags.py --suite graded --rounds 3 \\
         --variant "fusion emitters=--xla_cpu_use_fusion_emitters=true"
@@ -36,19 +44,20 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = "as shipped"
 PYTEST = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"]
-# Every exercise's check() on the reference solutions in one plain process, as a notebook's
-# kernel runs its check cells: no pytest, so the checking flags reach only the checks' own
-# programs (devices.checking_compiler_options), unless XLA_FLAGS names them.
-NOTEBOOK_CHECKS = """
-import sys
+# The check cells of the notebooks: every exercise's check() in one plain process (no pytest,
+# so the checking flags reach only the checks' own programs, as in a kernel), on the
+# practicals' files in the folder given as its argument.
+CHECK_CELLS = """
+import importlib, sys
+sys.path.insert(0, sys.argv[1])
 from m2l_nlp.grading import check
 from m2l_nlp.grading.registry import load_exercises
-from m2l_nlp.grading.runner import reference
-results = [
-    check(name, *(getattr(reference(ex.practical), t) for t in ex.targets), verbose=False)
-    for name, ex in load_exercises().items()
-]
-sys.exit(0 if all(r.status == "passed" for r in results) else 1)
+ok = True
+for name, ex in load_exercises().items():
+    practical = importlib.import_module(ex.practical)
+    result = check(name, *(getattr(practical, t) for t in ex.targets), verbose=False)
+    ok &= result.status == "passed"
+sys.exit(0 if ok else 1)
 """
 SUITES = {
     "graded": [*PYTEST, "tests/graded", "--impl", "solutions"],
@@ -57,7 +66,8 @@ SUITES = {
     "slow": [*PYTEST, "tests", "--ignore=tests/graded", "--impl", "solutions", "-n", "2"]
     + ["-m", "slow"],
     "trusted": [sys.executable, "-m", "m2l_nlp.grading.trusted"],
-    "notebook": [sys.executable, "-c", NOTEBOOK_CHECKS],
+    "notebook": [sys.executable, "-c", CHECK_CELLS, str(ROOT / "solutions")],
+    "handout": [sys.executable, "-c", CHECK_CELLS, "mine"],
 }
 
 
@@ -78,8 +88,15 @@ def run_once(suite: str, flags: str, scratch: Path) -> tuple[float, bool]:
             for path in (ROOT / "solutions").glob("practical*.py"):
                 shutil.copy2(path, submission / path.name)
         command += [str(submission), str(scratch / "results.json")]
+    cwd = ROOT
+    if suite == "handout":  # the student's copy: the reference's recorded answers
+        cwd = scratch / "handout"
+        if not cwd.exists():
+            bundle = [sys.executable, "-m", "m2l_nlp.grading.bundle", "handout", str(cwd)]
+            subprocess.run(bundle, cwd=ROOT, check=True, capture_output=True)
+            shutil.copytree(ROOT / "solutions", cwd / "mine")
     start = time.perf_counter()
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True)
+    done = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - start
     shutil.rmtree(cache, ignore_errors=True)
     passed = done.returncode == 0 and (suite != "trusted" or "170 / 170" in done.stdout)
