@@ -802,6 +802,41 @@ def test_check_in_a_notebook_gives_its_programs_the_checking_flags(monkeypatch):
     assert nb["result"].status == "passed"
 
 
+def test_check_in_a_notebook_keeps_every_program_on_disk(tmp_path):
+    """In a kernel whose setup cell named a compilation cache (threshold: JAX's default 1 s),
+    check() keeps every program it compiles, so the same cell run again compiles nothing
+    new; the kernel's threshold comes back afterwards. A fresh interpreter, as a kernel."""
+    script = textwrap.dedent(
+        """
+        import json, os
+        from pathlib import Path
+        import jax
+        from m2l_nlp.grading import check
+        from m2l_nlp.grading.registry import get_exercise
+        from m2l_nlp.grading.runner import reference
+
+        ref = reference("practical2_transformers")
+        parts = [getattr(ref, t) for t in get_exercise("scaled_dot_product").targets]
+        folder = Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
+        files = []
+        for _ in range(2):
+            assert check("scaled_dot_product", *parts, verbose=False).status == "passed"
+            files.append(len(list(folder.iterdir())))
+        after = jax.config.values["jax_persistent_cache_min_compile_time_secs"]
+        print(json.dumps({"files": files, "after": after}))
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("JAX_PERSISTENT_CACHE")}
+    env["JAX_COMPILATION_CACHE_DIR"] = str(tmp_path / "programs")
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    assert found["files"][0] >= 5 and found["files"][1] == found["files"][0], found
+    assert found["after"] == 1.0
+
+
 # ------------------------------------------------------------------------------------------
 # end to end: pytest in a subprocess on a copy of the repository
 

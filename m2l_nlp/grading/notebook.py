@@ -13,7 +13,9 @@ reference ones while checking, exactly as ``pytest`` does, so each mistake count
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+from collections.abc import Iterator
 from typing import Any
 
 from m2l_nlp.grading.registry import get_exercise
@@ -88,15 +90,33 @@ def check(exercise: str, *objects: Any, verbose: bool = True, **named: Any) -> E
     ref = reference(ex.practical)
     files = student_files_of(found)
     results = []
-    for chk in ex.checks:
-        try:
-            run_check(ex, chk, student, ref, spaces)
-            err = None
-        except Exception as caught:  # noqa: BLE001 - every failure becomes a verdict
-            err = caught
-        status, message = outcome(err, files)
-        results.append(CheckResult(ex.name, chk.name, status, message))
+    with _every_program_kept():
+        for chk in ex.checks:
+            try:
+                run_check(ex, chk, student, ref, spaces)
+                err = None
+            except Exception as caught:  # noqa: BLE001 - every failure becomes a verdict
+                err = caught
+            status, message = outcome(err, files)
+            results.append(CheckResult(ex.name, chk.name, status, message))
     result = ExerciseResult(ex, results)
     if verbose:
         print(result)
     return result
+
+
+@contextlib.contextmanager
+def _every_program_kept() -> Iterator[None]:
+    """While checking, every program compiled goes to the on-disk cache that the notebook's
+    setup cell names, however quickly it compiled, as a graded pytest run keeps them all:
+    the same cell run again, or after a restart, compiles almost nothing that did not change.
+    The kernel's own threshold (1 s by default, for training) comes back afterwards."""
+    import jax
+
+    name = "jax_persistent_cache_min_compile_time_secs"
+    before = jax.config.values[name]
+    jax.config.update(name, 0.0)
+    try:
+        yield
+    finally:
+        jax.config.update(name, before)
