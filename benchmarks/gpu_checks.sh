@@ -19,7 +19,10 @@
 #   tests       every library test, the slow ones too, in parallel workers;
 #   graded      the graded checks against the reference solutions (one process: they refuse -n);
 #   xla_flags   not in the default list: K = 8 throughput and the step's operations under a few
-#               XLA_FLAGS that could give the batch-8 step fewer or cheaper kernels.
+#               XLA_FLAGS that could give the batch-8 step fewer or cheaper kernels;
+#   check_cells not in the default list: the notebooks' check() of every exercise in a
+#               student's copy, with the checking flags as the checks' options and without
+#               (Colab's case: benchmarks/checking_flags.py --suite handout).
 set -u
 out=${1:?usage: bash benchmarks/gpu_checks.sh OUT_DIR [IMDB]}
 imdb=${2:-${M2L_NLP_IMDB:-$(ls .gpu/aclImdb_v1_labeled.tar.gz 2>/dev/null || echo ../shared/data/aclImdb_v1_labeled.tar.gz)}}
@@ -70,4 +73,7 @@ flag_screen() {
     done
 }
 step xla_flags 400 bash -c "$(declare -f flag_screen); imdb='$imdb'; flag_screen"
+# (the CPU emitter's switch is left out of the variant: jaxlib 0.11 stops at it)
+step check_cells 300 python3 benchmarks/checking_flags.py --suite handout --rounds 2 \
+    --variant "XLA defaults=--xla_backend_optimization_level=3 --xla_gpu_deterministic_ops=false"
 echo "== done at $(($(date +%s) - start)) s; logs in $out"
