@@ -139,8 +139,10 @@ def checking_compiler_options(flags: str | None = None) -> dict[str, bool | int]
     a notebook's kernel, which also trains and so keeps XLA's defaults (there the checks
     compile in about half the time: benchmarks/README.md). Left out: those that ``flags``
     (default: this process's ``XLA_FLAGS``) names, which then hold for every program, and
-    those the installed jaxlib does not know (:func:`checking_xla_flags`). Under pytest and
-    in the grader's workers ``XLA_FLAGS`` names them all, and this is empty."""
+    those the installed jaxlib does not know (:func:`checking_xla_flags`), or that XLA refuses
+    for a tiny program on the default device (tried once per process: a check must never
+    fail for an option). Under pytest and in the grader's workers ``XLA_FLAGS`` names them
+    all, and this is empty."""
     return dict(_compiler_options(os.environ.get("XLA_FLAGS", "") if flags is None else flags))
 
 
@@ -150,8 +152,22 @@ def _compiler_options(flags: str) -> tuple[tuple[str, bool | int], ...]:
     options = []
     for flag in (f for f in checking_xla_flags(flags).split() if f not in theirs):
         name, value = flag.removeprefix("--").split("=", 1)
-        options.append((name, value == "true" if value in ("true", "false") else int(value)))
+        option = (name, value == "true" if value in ("true", "false") else int(value))
+        if _compiles_with(dict([option])):
+            options.append(option)
     return tuple(options)
+
+
+def _compiles_with(options: dict[str, bool | int]) -> bool:
+    """Whether XLA compiles and runs a tiny program on the default device with ``options``."""
+    import jax
+    import numpy as np
+
+    try:
+        jax.jit(lambda x: x + 1, compiler_options=options)(np.float32(0)).block_until_ready()
+    except Exception:  # noqa: BLE001 - XLA's refusal of an option, in whatever form
+        return False
+    return True
 
 
 def _has_filelock() -> bool:

@@ -99,6 +99,16 @@ def test_the_checking_flags_as_one_programs_options_are_those_xla_flags_lacks():
     assert doubled(jnp.arange(3.0)).tolist() == [0.0, 2.0, 4.0]
 
 
+def test_an_option_xla_refuses_is_left_out_of_the_checks_options(monkeypatch):
+    """An option the device's compiler refuses (here a made-up name, passed as if the jaxlib
+    knew it) is tried once and left out, so no check fails for it; the others stay."""
+    made_up = ("xla_m2l_nlp_no_such_option", "1")
+    monkeypatch.setattr(devices, "CHECKING_XLA_FLAGS", (*devices.CHECKING_XLA_FLAGS, made_up))
+    options = devices.checking_compiler_options("--xla_dump_to=/tmp/m2l-nlp-made-up")
+    assert "xla_m2l_nlp_no_such_option" not in options
+    assert options["xla_backend_optimization_level"] == 0
+
+
 def test_the_installed_jaxlib_version_is_read():
     import jaxlib
 
