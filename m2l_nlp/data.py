@@ -14,14 +14,17 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import pandas as pd
 import tokenizers
 
 from m2l_nlp import bigrams, imdb_archive, tokenization
 from m2l_nlp.config import Preset
 from m2l_nlp.fileio import atomic_file, make_ordinary
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 CACHE_ENV = "M2L_NLP_CACHE"
 SMALL_DATA = imdb_archive.DATA_DIR / "small" / "aclImdb"
@@ -165,6 +168,8 @@ def shuffle_order(n: int, seed: int) -> np.ndarray:
 
 
 def _frame(texts: list[str], labels: np.ndarray, *, seed: int | None) -> pd.DataFrame:
+    import pandas as pd  # only here: every process that imports this module is spared it
+
     df = pd.DataFrame({"text": texts, "label": labels.astype(np.int64)})
     if seed is not None:
         df = df.iloc[shuffle_order(len(df), seed)].reset_index(drop=True)

@@ -4,6 +4,8 @@ local data (the sources and their errors: test_imdb_archive.py)."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -48,6 +50,18 @@ def test_folder_source_gives_labeled_frames():
     pos_text = (data.SMALL_DATA / "train" / "pos").glob("0_*.txt").__next__().read_text()
     row = train[train["text"] == imdb_archive.clean_text(pos_text)]
     assert list(row["label"]) == [1]
+
+
+def test_pandas_is_imported_only_to_make_a_frame():
+    """Every grading run, worker and CLI call imports this module; pandas (a quarter of a
+    second) is left to the callers that load IMDB as data frames."""
+    script = (
+        "import sys; import m2l_nlp.data, m2l_nlp.grading.pytest_plugin; "
+        "print('pandas' in sys.modules); m2l_nlp.data.load_imdb(m2l_nlp.data.SMALL_DATA, "
+        "progress=False, use_cache=False); print('pandas' in sys.modules)"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.stdout.split() == ["False", "True"], done.stderr[-2000:]
 
 
 def test_seed_shuffles_reproducibly():

@@ -980,12 +980,25 @@ def test_grading_entry_point_and_impl_env(tmp_path):
 
 
 def test_graded_checks_refuse_parallel_workers(tmp_path):
-    """Under pytest-xdist an undone exercise (a skip in a worker) would not fail the run."""
+    """Under pytest-xdist an undone exercise (a skip in a worker) would not fail the run: a
+    run of graded checks alone is refused in one line before any worker starts."""
     pytest.importorskip("xdist")
     root = _copy_repo(tmp_path, exercises_from_solutions=False)
     run = _pytest(root, "-m", "scaled_dot_product", "-n", "2")
+    assert run.returncode == pytest.ExitCode.USAGE_ERROR, run.stdout + run.stderr
+    assert "graded checks cannot run in parallel workers" in run.stderr
+    assert "bringing up nodes" not in run.stdout + run.stderr  # no worker was started
+
+
+@pytest.mark.slow
+def test_graded_checks_among_other_tests_refuse_parallel_workers(tmp_path):
+    """Other tests beside them: the workers start, and each graded check fails in them."""
+    pytest.importorskip("xdist")
+    root = _copy_repo(tmp_path, exercises_from_solutions=True)
+    (root / "tests" / "test_other.py").write_text("def test_other():\n    pass\n")
+    run = _pytest(root, "tests", "-m", "scaled_dot_product or not graded", "-n", "2")
     assert run.returncode != 0
-    assert "graded checks cannot run in parallel workers" in run.stdout + run.stderr
+    assert "1 passed" in run.stdout and "graded checks cannot run in parallel" in run.stdout
 
 
 @pytest.mark.parametrize(

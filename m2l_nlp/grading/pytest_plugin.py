@@ -138,6 +138,7 @@ def pytest_configure(config: pytest.Config) -> None:
     grader = Grader(impl)
     config.stash[GRADER] = grader
     _keep_graded_testpaths(config)
+    _refuse_parallel_grading(config)
     config.addinivalue_line("markers", "graded: a graded check of an exercise")
     for ex in grader.exercises.values():
         config.addinivalue_line(
@@ -155,6 +156,26 @@ def _keep_graded_testpaths(config: pytest.Config) -> None:
     default_args = [str(Path(a).resolve()) for a in config.args] == [str(invoked)]
     if not ours and invoked == root and default_args and (root / "tests" / "graded").is_dir():
         config.args = [str(root / "tests" / "graded")]
+
+
+PARALLEL_REFUSAL = (
+    "graded checks cannot run in parallel workers (-n): run them without -n, e.g. "
+    "`pytest tests/graded --impl solutions`, and the other tests with "
+    "`pytest tests --ignore=tests/graded -n 2`"
+)
+
+
+def _refuse_parallel_grading(config: pytest.Config) -> None:
+    """A run of pytest-xdist workers (``-n N``) over graded checks alone is refused before
+    any worker starts (a second or so, not the workers' start); a run that also holds other
+    tests is refused check by check in the workers (``pytest_runtest_setup``)."""
+    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
+        return
+    graded = repo_root() / "tests" / "graded"
+    invoked = Path(config.invocation_params.dir)
+    paths = [(invoked / arg.split("::")[0]).resolve() for arg in config.args]
+    if paths and all(path == graded or graded in path.parents for path in paths):
+        raise pytest.UsageError(PARALLEL_REFUSAL)
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -215,12 +236,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if hasattr(item.config, "workerinput") and item.get_closest_marker("graded"):
         # Under pytest-xdist the scores would stay in the workers: no score table, and an
         # exercise left undone (reported as a skip) would not fail the run.
-        pytest.fail(
-            "graded checks cannot run in parallel workers (-n): run them without -n, e.g. "
-            "`pytest tests/graded --impl solutions`, and the other tests with "
-            "`pytest tests --ignore=tests/graded -n 2`",
-            pytrace=False,
-        )
+        pytest.fail(PARALLEL_REFUSAL, pytrace=False)
 
 
 def _is_timeout(excinfo: pytest.ExceptionInfo[BaseException]) -> bool:
