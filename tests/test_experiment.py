@@ -147,6 +147,7 @@ def tiny_backoff(tiny, tmp_path_factory):
     return preset, prepare_for(preset, "small", cache_dir=cache, progress=False)
 
 
+@pytest.mark.slow
 def test_a_run_with_backoff_tests_and_saves_the_plain_classifier(
     tiny_backoff, tmp_path, monkeypatch
 ):

@@ -886,6 +886,7 @@ def test_fresh_stubs_are_all_not_started(tmp_path):
     assert all(t["status"] == "failed" and t["score"] == 0 for t in data["tests"])
 
 
+@pytest.mark.slow
 def test_solutions_as_exercises_get_full_points(tmp_path):
     root = _copy_repo(tmp_path, exercises_from_solutions=True)
     cheap = "scaled_dot_product or positional_encoding"
@@ -904,6 +905,7 @@ def test_solutions_as_exercises_get_full_points(tmp_path):
     assert json.loads((root / "r.json").read_text())["score"] == 15
 
 
+@pytest.mark.slow
 def test_import_error_and_timeout_are_reported(tmp_path):
     root = _copy_repo(tmp_path, exercises_from_solutions=True)
     (root / "fake_checks.py").write_text(
