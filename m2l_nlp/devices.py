@@ -10,9 +10,10 @@ that JAX does not grab most of the GPU memory at start-up.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 DATA_AXIS = "data"
@@ -164,10 +165,32 @@ def _compiles_with(options: dict[str, bool | int]) -> bool:
     import numpy as np
 
     try:
-        jax.jit(lambda x: x + 1, compiler_options=options)(np.float32(0)).block_until_ready()
+        with on_checking_device():
+            jax.jit(lambda x: x + 1, compiler_options=options)(np.float32(0)).block_until_ready()
     except Exception:  # noqa: BLE001 - XLA's refusal of an option, in whatever form
         return False
     return True
+
+
+@contextlib.contextmanager
+def on_checking_device() -> Iterator[None]:
+    """Within it, new arrays and the programs that use them go to the CPU, also in a process
+    with a GPU or TPU: the graded checks run there. Their programs are tiny and each runs a
+    few times, so compiling is nearly all their cost, and a GPU's compiler takes longer over
+    each (a notebook's check cells of 12 exercises: 116 s on an H200, 27 s on a 2-core CPU;
+    benchmarks/README.md). Nothing changes where the CPU is already the default device, or
+    where this process has no CPU backend (``JAX_PLATFORMS`` names an accelerator alone)."""
+    import jax
+
+    cpu = None
+    if jax.default_backend() != "cpu":
+        with contextlib.suppress(RuntimeError):
+            cpu = jax.devices("cpu")[0]
+    if cpu is None:
+        yield
+        return
+    with jax.default_device(cpu):
+        yield
 
 
 def _has_filelock() -> bool:

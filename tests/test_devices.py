@@ -109,6 +109,29 @@ def test_an_option_xla_refuses_is_left_out_of_the_checks_options(monkeypatch):
     assert options["xla_backend_optimization_level"] == 0
 
 
+def test_beside_an_accelerator_the_checks_device_is_the_cpu(monkeypatch):
+    """On a CPU the default device stays; where the default backend is an accelerator
+    (pretended here), new arrays go to the CPU within the context, and not after it."""
+    cpu = jax.devices("cpu")[0]
+    with devices.on_checking_device():
+        assert jax.config.jax_default_device is None
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    with devices.on_checking_device():
+        assert jax.config.jax_default_device == cpu
+        assert jnp.zeros(2).devices() == {cpu}
+    assert jax.config.jax_default_device is None
+
+
+def test_without_a_cpu_backend_the_checks_keep_the_default_device(monkeypatch):
+    def no_cpu(backend=None):
+        raise RuntimeError("Unknown backend cpu")
+
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    monkeypatch.setattr(jax, "devices", no_cpu)
+    with devices.on_checking_device():
+        assert jax.config.jax_default_device is None
+
+
 def test_the_installed_jaxlib_version_is_read():
     import jaxlib
 

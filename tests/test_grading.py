@@ -802,6 +802,23 @@ def test_check_in_a_notebook_gives_its_programs_the_checking_flags(monkeypatch):
     assert nb["result"].status == "passed"
 
 
+def test_check_runs_the_students_code_on_the_cpu_beside_an_accelerator(monkeypatch):
+    """In a GPU kernel (pretended here) check() runs the checks on the CPU: the student's
+    code sees the CPU as its default device, and passes as it would there."""
+    import jax
+
+    nb = _notebook((ROOT / "solutions" / "practical2_transformers.py").read_text())
+    exec(
+        "seen = []\ndef scaled_dot_product(*a, _f=scaled_dot_product, **k):\n"
+        "    seen.append(jax.config.jax_default_device)\n    return _f(*a, **k)",
+        nb,
+    )
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    exec("result = check('scaled_dot_product', scaled_dot_product, verbose=False)", nb)
+    assert nb["result"].status == "passed", nb["result"].checks
+    assert nb["seen"] and set(nb["seen"]) == {jax.devices("cpu")[0]}
+
+
 def test_check_in_a_notebook_keeps_every_program_on_disk(tmp_path):
     """In a kernel whose setup cell named a compilation cache (threshold: JAX's default 1 s),
     check() keeps every program it compiles, so the same cell run again compiles nothing

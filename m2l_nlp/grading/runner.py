@@ -21,6 +21,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from m2l_nlp import devices
 from m2l_nlp.grading.registry import Check, CheckFailure, Exercise
 from m2l_nlp.grading.tools import rng_for
 from m2l_nlp.impl import load_practical, repo_root
@@ -223,7 +224,11 @@ def run_check(
     uses = exercise.uses if isinstance(ref, ModuleType) else ()
     replacements = {name: getattr(ref, name) for name in uses}
     ctx = Context(student, ref, exercise, check)
-    with isolated(student_globals, replacements), jax.default_matmul_precision("highest"):
+    with (
+        isolated(student_globals, replacements),
+        jax.default_matmul_precision("highest"),
+        devices.on_checking_device(),
+    ):
         check.func(ctx)
 
 
