@@ -21,8 +21,9 @@
 #   xla_flags   not in the default list: K = 8 throughput and the step's operations under a few
 #               XLA_FLAGS that could give the batch-8 step fewer or cheaper kernels;
 #   check_cells not in the default list: the notebooks' check() of every exercise in a
-#               student's copy, with the checking flags as the checks' options and without
-#               (Colab's case: benchmarks/checking_flags.py --suite handout).
+#               student's copy (run on the machine's CPU: devices.on_checking_device), with
+#               the checking flags as the checks' options and without (Colab's case:
+#               benchmarks/checking_flags.py --suite handout).
 set -u
 out=${1:?usage: bash benchmarks/gpu_checks.sh OUT_DIR [IMDB]}
 imdb=${2:-${M2L_NLP_IMDB:-$(ls .gpu/aclImdb_v1_labeled.tar.gz 2>/dev/null || echo ../shared/data/aclImdb_v1_labeled.tar.gz)}}

@@ -141,7 +141,7 @@ def checking_compiler_options(flags: str | None = None) -> dict[str, bool | int]
     compile in about half the time: benchmarks/README.md). Left out: those that ``flags``
     (default: this process's ``XLA_FLAGS``) names, which then hold for every program, and
     those the installed jaxlib does not know (:func:`checking_xla_flags`), or that XLA refuses
-    for a tiny program on the default device (tried once per process: a check must never
+    for a tiny program on the checks' device (tried once per process: a check must never
     fail for an option). Under pytest and in the grader's workers ``XLA_FLAGS`` names them
     all, and this is empty."""
     return dict(_compiler_options(os.environ.get("XLA_FLAGS", "") if flags is None else flags))
@@ -160,7 +160,7 @@ def _compiler_options(flags: str) -> tuple[tuple[str, bool | int], ...]:
 
 
 def _compiles_with(options: dict[str, bool | int]) -> bool:
-    """Whether XLA compiles and runs a tiny program on the default device with ``options``."""
+    """Whether XLA compiles and runs a tiny program on the checks' device with ``options``."""
     import jax
     import numpy as np
 
