@@ -6,14 +6,24 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: venv test test-slow lint train demo exercises solutions compat compat-floors compat-colab autograder handout clean
 
-# pip byte-compiles what it installs on one core (36 s of a 61 s install); compileall does
-# it on every core, packages' own test folders left out (14 s on 2). Compiled up front, as
-# PYTHONDONTWRITEBYTECODE=1 (set on some machines) would have every process compile jax's
-# modules again otherwise.
+# uv installs the environment (pip puts uv in it first): 5 s against pip's 25 s from empty
+# download caches (benchmarks/README.md). uv reads its own settings, not pip's: where it cannot
+# install (an index only pip is configured for, say), or with PIP_ONLY=1, pip does, and uv's
+# output is kept in $(VENV)/uv.log. Neither byte-compiles: compileall does it on every core,
+# packages' own test folders left out (14 s on 2, where pip took 36 s on one). Compiled up
+# front, as PYTHONDONTWRITEBYTECODE=1 (set on some machines) would have every process compile
+# jax's modules again otherwise.
+PIP_ONLY ?=
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q --no-compile -e '.[dev]'
+	@if [ -z "$(PIP_ONLY)" ] && $(BIN)/python -m pip install -q uv > $(VENV)/uv.log 2>&1 && \
+	    $(BIN)/uv pip install -q --python $(BIN)/python -e '.[dev]' >> $(VENV)/uv.log 2>&1; then \
+	  echo "installed with uv into $(VENV)"; \
+	else \
+	  [ -n "$(PIP_ONLY)" ] || echo "uv could not install (its output: $(VENV)/uv.log); pip installs"; \
+	  $(BIN)/python -m pip install -q --upgrade pip && \
+	  $(BIN)/python -m pip install -q --no-compile -e '.[dev]'; \
+	fi
 	$(BIN)/python -m compileall -q -j 0 -x '/tests?/' $(VENV)/lib > /dev/null || true  # speed only
 	touch $(STAMP)
 
