@@ -172,6 +172,39 @@ def test_worker_compiles_as_the_graded_tests_do_unless_told_otherwise(
     ]
 
 
+def test_worker_runs_student_code_on_the_cpu_beside_an_accelerator(tmp_path, monkeypatch):
+    """As the grader's checks, a worker in a process with a GPU (pretended here: the worker's
+    main loop runs in this process, on pipes) runs the student's code on the CPU."""
+    import os
+    import sys
+
+    import jax
+
+    from m2l_nlp.grading import worker
+
+    (tmp_path / "practical_d.py").write_text(
+        "import jax\n\n\ndef device(x):\n    return str(jax.config.jax_default_device)\n"
+    )
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    requests_in, requests_out = os.pipe()
+    replies_in, replies_out = os.pipe()
+    path = str(tmp_path / "practical_d.py")
+    wire.send(requests_out, {"op": "load", "path": path, "name": "practical_d"})
+    wire.send(requests_out, {"op": "call", "name": "device", "args": [0], "kwargs": {}})
+    os.close(requests_out)
+    precision = jax.config.jax_default_matmul_precision
+    try:
+        assert worker.main([str(requests_in), str(replies_out)]) == 0
+    finally:
+        jax.config.update("jax_default_matmul_precision", precision)
+        sys.modules.pop("practical_d", None)
+        os.close(requests_in)
+        os.close(replies_out)
+    replies = [wire.receive(replies_in), wire.receive(replies_in)]
+    os.close(replies_in)
+    assert replies == [{"ok": None}, {"ok": str(jax.devices("cpu")[0])}]
+
+
 def test_only_the_reference_worker_keeps_its_programs_in_a_folder_of_its_own(
     student_file, tmp_path, monkeypatch
 ):
