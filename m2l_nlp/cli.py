@@ -202,6 +202,7 @@ def _preset_name(args: argparse.Namespace) -> str:
 def cmd_train(args: argparse.Namespace) -> int:
     from m2l_nlp.data import default_cache_dir, prepare_for
     from m2l_nlp.experiment import resolve_val_size, train_and_evaluate
+    from m2l_nlp.imdb_archive import check_source
     from m2l_nlp.runs import default_out, open_run, unwritable
 
     start = time.perf_counter()
@@ -219,6 +220,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         from m2l_nlp.model import check_model_builds
 
         check_model_builds(preset, args.impl)
+    if args.data != "small":  # a wrong path is named before anything is created
+        check_source(args.data)
     out = Path(args.out or default_out(name, args.no_test))
     cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
     problem = unwritable(out.absolute().parent, "--out") or unwritable(cache, "--cache-dir")
@@ -295,47 +298,11 @@ def _print_result(run: Any, out: Path, elapsed: float) -> None:
     print(f"wrote {out}/: {', '.join(written)}")
 
 
-class InputError(ValueError):
-    """Text given to ``m2l-nlp predict`` that cannot be scored; the message says why."""
-
-
-def _reviews(args: argparse.Namespace) -> list[str]:
-    """The reviews to score: the arguments, then each ``--file`` (``-``: standard input),
-    each checked to be UTF-8 text that is not empty."""
-    reviews = []
-    for i, text in enumerate(args.texts, 1):
-        try:  # the shell's bytes, decoded by Python with surrogates where they were not UTF-8
-            text.encode("utf-8")
-        except UnicodeEncodeError:
-            raise InputError(
-                f"review {i} is not valid UTF-8 text: save it as UTF-8 and pass the file with "
-                "--file"
-            ) from None
-        reviews.append((f"review {i}", text))
-    for path in args.file:
-        name = "standard input" if path == "-" else path
-        try:
-            raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-        except OSError as error:
-            raise InputError(f"cannot read {name} ({error.strerror}): check the path") from None
-        try:
-            reviews.append((name, raw.decode("utf-8")))
-        except UnicodeDecodeError:
-            raise InputError(
-                f"{name} is not UTF-8 text: convert it (e.g. iconv -f latin1 -t utf-8)"
-            ) from None
-    if not reviews:
-        raise InputError("nothing to score: give reviews as arguments or with --file PATH")
-    for what, text in reviews:
-        if not text.strip():
-            raise InputError(f"{what} is empty: there is nothing to score")
-    return [text for _, text in reviews]
-
-
 def cmd_predict(args: argparse.Namespace) -> int:
     from m2l_nlp.checkpoint import load_checkpoint, predict
+    from m2l_nlp.predict_input import read_reviews
 
-    texts = _reviews(args)
+    texts = read_reviews(args.texts, args.file)
     path = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
     checkpoint = load_checkpoint(path)  # CheckpointError: reported by main
     meta = checkpoint.meta
@@ -369,6 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from m2l_nlp.checkpoint import CheckpointError
     from m2l_nlp.data import compilation_cache_dir
     from m2l_nlp.imdb_archive import DataError
+    from m2l_nlp.predict_input import InputError
     from m2l_nlp.runs import RunFolderError
 
     devices.configure_environment(compilation_cache=compilation_cache_dir())  # before JAX

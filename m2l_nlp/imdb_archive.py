@@ -145,28 +145,40 @@ def _fetch(url: str, out: io.BufferedWriter, digest, *, progress: bool, timeout:
         )
 
 
-def resolve_source(source: str | os.PathLike | None = None, *, progress: bool = True) -> Path:
-    """Turn ``source`` (None, a URL, an archive or a folder) into a local path.
-
-    None means ``$M2L_NLP_IMDB`` if set, else the official URL (downloaded once into
-    ``data/``). A URL (``http(s)://``, ``file://``) is downloaded into ``data/`` (the sha256
-    is checked for the official URL only).
-    """
-    origin = ""
-    if source is None:
-        source = os.environ.get(SOURCE_ENV) or IMDB_URL
-        origin = f" (from {SOURCE_ENV})" if os.environ.get(SOURCE_ENV) else ""
-    text = os.fspath(source)
+def check_source(source: str | os.PathLike | None = None) -> Path | str:
+    """The local archive or folder that ``source`` names (None: ``$M2L_NLP_IMDB``, else the
+    official URL), or the URL it names, as text (checked as it downloads). Cheap, so a run
+    calls it before it creates anything: raises :class:`MissingSourceError` if the path does
+    not exist, :class:`NotAnArchiveError` for a file that is neither gzip data nor a tar."""
+    origin = f" (from {SOURCE_ENV})" if source is None and os.environ.get(SOURCE_ENV) else ""
+    text = os.fspath(source) if source is not None else os.environ.get(SOURCE_ENV) or IMDB_URL
     if re.match(r"^(https?|ftp|file)://", text):
-        sha = IMDB_SHA256 if text == IMDB_URL else None
-        return download_imdb(text, sha256=sha, progress=progress)
+        return text
     path = Path(text).expanduser()
     if not path.exists():
         raise MissingSourceError(
             f"IMDB source {path}{origin} does not exist: give an aclImdb_v1.tar.gz, an extracted "
             f"aclImdb/ folder, or leave it unset to download {IMDB_URL}"
         )
+    if path.is_file():
+        try:
+            with open(path, "rb") as file:
+                if file.peek(2)[:2] != b"\x1f\x8b":  # gzip data is checked as it is read
+                    _refuse_non_tar(file, False, path)
+        except OSError as error:
+            raise _unreadable(path, error) from error
     return path
+
+
+def resolve_source(source: str | os.PathLike | None = None, *, progress: bool = True) -> Path:
+    """Turn ``source`` (None, a URL, an archive or a folder) into a local path: a URL
+    (``http(s)://``, ``file://``) is downloaded once into ``data/``, with the sha256 checked
+    for the official URL; a local path is checked by :func:`check_source`."""
+    found = check_source(source)
+    if isinstance(found, Path):
+        return found
+    sha256 = IMDB_SHA256 if found == IMDB_URL else None
+    return download_imdb(found, sha256=sha256, progress=progress)
 
 
 # --------------------------------------------------------------------------- reading

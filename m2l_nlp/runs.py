@@ -169,19 +169,23 @@ class RunFolder:
     def _marked(self) -> bool:
         return (self.out / MARKER).is_file()
 
-    def check(self, overwrite: bool, resume: bool) -> None:
-        """Refuse, with what to do, a folder this run must not write to."""
-        kind = describe(self.out)
-        shown = self.shown
+    def refuse_foreign(self) -> None:
+        """Refuse a file, or a folder of files that are not an m2l-nlp run (reads only)."""
         if self.out.exists() and not self.out.is_dir():
             raise RunFolderError(
-                f"--out {shown} is a file, not a folder: choose another folder with --out"
+                f"--out {self.shown} is a file, not a folder: choose another folder with --out"
             )
-        if kind == "foreign":
+        if describe(self.out) == "foreign":
             raise RunFolderError(
-                f"--out {shown} holds files that are not an m2l-nlp run: choose a new or empty "
-                "folder (nothing in it was touched)"
+                f"--out {self.shown} holds files that are not an m2l-nlp run: choose a new or "
+                "empty folder (nothing in it was touched)"
             )
+
+    def check(self, overwrite: bool, resume: bool) -> None:
+        """Refuse, with what to do, a folder this run must not write to."""
+        self.refuse_foreign()
+        kind = describe(self.out)
+        shown = self.shown
         progress = self.read_progress()
         if resume:
             if progress is None:
@@ -293,6 +297,7 @@ def open_run(
     from filelock import FileLock, Timeout
 
     folder = RunFolder(out)
+    folder.refuse_foreign()  # before the lock file is made beside it
     folder.out.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(folder.lock), timeout=0)
     try:

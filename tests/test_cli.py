@@ -45,11 +45,13 @@ def test_cli_keeps_compiled_programs_beside_the_data_cache(monkeypatch, tmp_path
 def test_unusable_data_is_an_error_message_not_a_traceback(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)  # runs/default of the repository is not this test's
     assert cli.main(["train", "--data", str(tmp_path / "missing.tar.gz")]) == 2
-    assert "does not exist" in capsys.readouterr().err
+    captured = capsys.readouterr()
+    assert "does not exist" in captured.err and "devices:" not in captured.out
     (tmp_path / "bad.tar.gz").write_bytes(b"not an archive")
     args = ["train", "--data", str(tmp_path / "bad.tar.gz"), "--cache-dir", str(tmp_path)]
     assert cli.main(args) == 2
     assert "is not a .tar or .tar.gz archive" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.tar.gz"]  # no runs/, no lock
 
 
 def test_predict_without_checkpoint_says_what_to_do(tmp_path, capsys):
@@ -251,10 +253,11 @@ def test_no_test_run_reports_validation_only(tmp_path, capsys):
 )
 def test_bad_settings_are_refused_before_the_data_is_read(tmp_path, capsys, extra, message):
     """Each is an error message (exit status 2) and not a traceback after minutes of work:
-    the data source does not even exist, so reading it would be another error."""
+    the data source is an empty folder, so reading it would be another error."""
     (tmp_path / "FILE").write_text("not a folder")
+    (tmp_path / "not-imdb").mkdir()
     extra = [str(tmp_path / "FILE") if e == "FILE" else e for e in extra]
-    args = ["train", "--data", str(tmp_path / "nothing-here"), "--no-progress"]
+    args = ["train", "--data", str(tmp_path / "not-imdb"), "--no-progress"]
     assert cli.main([*args, "--cache-dir", str(tmp_path / "cache"), *extra]) == 2
     assert message in capsys.readouterr().err
 
@@ -311,7 +314,8 @@ def test_an_existing_run_or_the_users_files_are_refused_before_the_data_is_read(
     out = tmp_path / "out"
     out.mkdir()
     (out / "precious.csv").write_text("mine")
-    args = ["train", "--data", str(tmp_path / "nothing-here"), "--out", str(out)]
+    (tmp_path / "not-imdb").mkdir()  # reading it would be another error
+    args = ["train", "--data", str(tmp_path / "not-imdb"), "--out", str(out)]
     assert cli.main([*args, "--overwrite"]) == 2
     assert "not an m2l-nlp run" in capsys.readouterr().err
     assert (out / "precious.csv").read_text() == "mine"

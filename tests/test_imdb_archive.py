@@ -254,3 +254,27 @@ def test_missing_source(tmp_path, monkeypatch):
     monkeypatch.setenv(imdb_archive.SOURCE_ENV, str(tmp_path / "gone"))
     with pytest.raises(FileNotFoundError, match=f"from {imdb_archive.SOURCE_ENV}"):
         data.load_imdb()
+
+
+def test_check_source_names_a_wrong_path_or_file_before_anything_is_read(
+    archive, tmp_path, monkeypatch
+):
+    """A run checks its --data first: a missing path and a file that is no archive are named
+    at once; an archive, a folder and a URL pass (a URL is checked as it downloads)."""
+    assert imdb_archive.check_source(archive) == archive
+    assert imdb_archive.check_source(data.SMALL_DATA) == data.SMALL_DATA
+    assert imdb_archive.check_source("file:///x.tar.gz") == "file:///x.tar.gz"
+    assert imdb_archive.check_source() == imdb_archive.IMDB_URL
+    monkeypatch.setenv(imdb_archive.SOURCE_ENV, str(tmp_path / "gone"))
+    with pytest.raises(imdb_archive.MissingSourceError, match=f"from {imdb_archive.SOURCE_ENV}"):
+        imdb_archive.check_source()
+    notes = tmp_path / "notes.txt"
+    notes.write_text("my notes\n")
+    for path in (notes, tmp_path / "empty.tar"):
+        path.touch()
+        with pytest.raises(imdb_archive.NotAnArchiveError, match="not a .tar or .tar.gz"):
+            imdb_archive.check_source(path)
+    plain = tmp_path / "plain.tar"
+    with tarfile.open(plain, "w") as tar:
+        tar.add(data.SMALL_DATA / "train", arcname="aclImdb/train")
+    assert imdb_archive.check_source(plain) == plain

@@ -62,6 +62,13 @@ def test_a_folder_of_the_users_files_is_refused_and_left_alone(tmp_path):
         with runs.open_run(out, overwrite=True):
             pass
     assert sorted(p.name for p in out.iterdir()) == ["precious.csv"]
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    with pytest.raises(runs.RunFolderError, match="is a file, not a folder"):
+        with runs.open_run(notes, overwrite=True):
+            pass
+    # refused before the lock file is made: nothing of ours lands beside the user's files
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "out"]
 
 
 def test_an_existing_run_is_replaced_only_with_overwrite(tmp_path):
