@@ -3,8 +3,9 @@
 #   floors  the oldest supported Python, every runtime dependency at its pyproject floor
 #   colab   Colab's runtime: Python 3.13, jax and jaxlib 0.7.2 installed first and kept, the
 #           course installed by the notebooks' own setup cell from a file:// clone
-# Each runs the graded suite against the solutions and the demo training; colab also runs
-# every solved notebook. FLOORS_PYTHON / COLAB_PYTHON name other interpreters.
+# Each runs the graded suite against the solutions, the tests of the checks' messages and
+# the demo training; colab also runs every solved notebook. FLOORS_PYTHON / COLAB_PYTHON
+# name other interpreters.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 kind=${1:?usage: .ci/compat.sh floors|colab}
@@ -38,6 +39,11 @@ new_env() {  # new_env NAME PYTHON: a fresh virtual environment under .compat/
 graded_and_demo() {  # graded_and_demo ENV FOLDER: the graded suite and the demo run in FOLDER
   local py=$envs/$1/bin/python
   (cd "$2" && "$py" -m pytest tests/graded --impl solutions -q -p no:cacheprovider)
+  # what a student reads: the checks' messages and hints quote JAX's own errors, whose words
+  # change between versions (a .T hint once matched only the newer words); and the device
+  # the checks run on
+  (cd "$2" && "$py" -m pytest tests/test_grading.py tests/test_devices.py --impl solutions \
+      -q -p no:cacheprovider -m "not slow")
   (cd "$2" && "$py" -m m2l_nlp.cli train --data small --no-progress --out "$work/demo" \
       --cache-dir "$work/cache")
   "$py" - "$work/demo/metrics.json" <<'PY'

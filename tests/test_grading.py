@@ -29,6 +29,7 @@ from m2l_nlp.grading.report import score_table
 from m2l_nlp.grading.runner import (
     CheckResult,
     ExerciseResult,
+    describe_error,
     outcome,
     reference,
     run_check,
@@ -635,6 +636,20 @@ def test_attention_hints_name_the_slip(tmp_path, edits, hint):
         assert "overflows" not in message
     if "masking" in hint:
         assert "sqrt" not in message
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "Incompatible types for matmul arguments: float32[2,3,4,8] and float32[8,6,3,2]",
+        "Incompatible shapes for matmul arguments: (2, 3, 4, 8) and (8, 6, 3, 2)",  # Colab's jax
+    ],
+    ids=["jax 0.10", "jax 0.7.2"],
+)
+def test_the_hint_for_k_T_does_not_depend_on_the_jax_version(said):
+    """Each JAX words a matmul of mismatched shapes its own way; the hint must follow both."""
+    message = describe_error(ValueError(said), set())
+    assert message.endswith("swap only the last two, jnp.swapaxes(k, -1, -2).")
 
 
 @pytest.mark.parametrize(

@@ -256,7 +256,7 @@ _HINTS = (
         "made for that size): check what you feed it, e.g. the pooling or a concatenation",
     ),
     (
-        ("Incompatible types for matmul",),
+        ("Incompatible types for matmul", "Incompatible shapes for matmul"),  # jax 0.10, 0.7
         "check the shapes you multiply (print x.shape); with leading axes, `.T` reverses all "
         "of them: swap only the last two, jnp.swapaxes(k, -1, -2)",
     ),
