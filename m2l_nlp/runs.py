@@ -302,7 +302,8 @@ def open_run(
     lock = FileLock(str(folder.lock), timeout=0)
     try:
         lock.acquire()
-    except Timeout:  # held by another run, or a lock file that cannot be made at all
+    except (Timeout, OSError):  # another run holds it, or no lock file can be made there
+        # (which filelock 3.0 reports as the OSError, newer versions as a timeout)
         raise RunFolderError(_lock_problem(folder.lock, out)) from None
     try:
         folder.repair()

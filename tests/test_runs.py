@@ -83,7 +83,8 @@ def test_an_existing_run_is_replaced_only_with_overwrite(tmp_path):
     with runs.open_run(out, overwrite=True) as folder:
         folder.commit(lambda new: write_run(new, 0.7), {"preset": "a"})
     assert accuracy_in(out) == 0.7
-    assert hidden_siblings(out) == [".out.lock"]  # nothing else of ours is left behind
+    # nothing else of ours is left behind (filelock 3.0 also removes its lock file)
+    assert set(hidden_siblings(out)) <= {".out.lock"}
 
 
 def test_a_second_run_on_the_same_folder_refuses_at_once(tmp_path):

@@ -188,16 +188,18 @@ def test_train_learns_and_records_history(tiny_model, tiny_params, signal_split)
     model, params = tiny_model, tiny_params
     train_split = signal_split(256, seed=6)
     val_split = signal_split(64, seed=7)
+    # 6 epochs: at 4, one seed in six stayed under 95 % (and most did with jax 0.4's random
+    # streams, which start from other weights); at 6 every one of those reached 96.9 %
     settings = TrainSettings(
-        epochs=4, batch_size=16, learning_rate=1e-2, crop_len=32, eval_every=2, seed=3
+        epochs=6, batch_size=16, learning_rate=1e-2, crop_len=32, eval_every=2, seed=3
     )
     result = training.train(
         model, params, train_split, settings, eval_data=val_split, progress=False, log=None
     )
     h = result.history
     assert set(h) == {"loss", "train_acc", "val_loss", "val_acc"}
-    assert all(len(v) == 4 for v in h.values())
-    assert math.isnan(h["val_acc"][0]) and math.isnan(h["val_acc"][2])
+    assert all(len(v) == 6 for v in h.values())
+    assert all(math.isnan(h["val_acc"][i]) for i in (0, 2, 4))
     assert h["loss"][-1] < h["loss"][0]
     assert h["val_acc"][-1] >= 0.95
     assert result.eval_result.accuracy == h["val_acc"][-1]
