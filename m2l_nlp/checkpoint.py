@@ -196,9 +196,15 @@ def load_checkpoint(
     path = Path(path)
     missing = [f for f in (PARAMS_FILE, CONFIG_FILE, TOKENIZER_FILE) if not (path / f).is_file()]
     if missing:
+        if path.is_dir():
+            what = f"{path} is not a complete checkpoint (missing {', '.join(missing)})"
+        elif path.exists():
+            what = f"{path} is a file, not a checkpoint folder"
+        else:
+            what = f"there is no checkpoint at {path}"
         raise CheckpointError(
-            f"{path} is not a complete checkpoint (missing {', '.join(missing)}): "
-            "train one with `m2l-nlp train` or pass the folder it wrote (runs/<name>/checkpoint)"
+            f"{what}: train one with `m2l-nlp train` or pass the folder it wrote "
+            "(runs/<name>/checkpoint)"
         )
     with _reading(path / CONFIG_FILE):
         config = ClassifierConfig.from_dict(json.loads((path / CONFIG_FILE).read_text()))

@@ -168,10 +168,15 @@ def test_load_refuses_a_mismatched_config(tmp_path, params, config, tokenizer):
         ck.load_checkpoint(path)
 
 
-def test_load_names_missing_files(tmp_path):
+def test_load_names_missing_files_or_a_missing_folder(tmp_path):
     (tmp_path / "half").mkdir()
     with pytest.raises(ck.CheckpointError, match="missing params.npz, config.json"):
         ck.load_checkpoint(tmp_path / "half")
+    with pytest.raises(ck.CheckpointError, match="there is no checkpoint at .*: train one"):
+        ck.load_checkpoint(tmp_path / "never")
+    (tmp_path / "params.npz").write_bytes(b"")
+    with pytest.raises(ck.CheckpointError, match="params.npz is a file, not a checkpoint folder"):
+        ck.load_checkpoint(tmp_path / "params.npz")
 
 
 def test_predict_any_text(tmp_path, params, config, tokenizer):
