@@ -19,8 +19,21 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", "")
 # two runs with the same seed for the same numbers, which a GPU gives only when told to be
 # deterministic: `devices.checking_xla_flags` (a flag set in XLA_FLAGS wins). JAX reads them
 # when it starts its backend, after this file is imported. Only pytest runs (and what they
-# start) compile this way: `m2l-nlp` and the training benchmarks keep XLA's defaults.
+# start) compile this way: `m2l-nlp` and the training benchmarks keep XLA's defaults. The
+# flags as they were stay in USERS_XLA_FLAGS (xdist's workers inherit it): a notebook's kernel
+# gets them back, as a student's kernel has them (`tests/test_notebooks.py`).
+USERS_XLA_FLAGS = "M2L_NLP_USERS_XLA_FLAGS"
+os.environ.setdefault(USERS_XLA_FLAGS, os.environ.get("XLA_FLAGS", ""))
 os.environ["XLA_FLAGS"] = devices.checking_xla_flags(os.environ.get("XLA_FLAGS", ""))
+
+
+@pytest.fixture
+def users_xla_flags(monkeypatch: pytest.MonkeyPatch) -> str:
+    """XLA_FLAGS as the user started pytest with them, without the checking flags, for the
+    processes this test starts (a notebook's kernel compiles as a student's kernel does)."""
+    flags = os.environ[USERS_XLA_FLAGS]
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    return flags
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -280,9 +280,11 @@ def test_the_repository_url_is_one_setting(tmp_path):
 
 
 @pytest.fixture
-def small_imdb(monkeypatch):
+def small_imdb(monkeypatch, users_xla_flags):
     """Kernels started by the test read the bundled small dataset wherever a notebook asks
-    for IMDB without naming a source (``prepare_imdb()``, ``load_imdb()``): no download."""
+    for IMDB without naming a source (``prepare_imdb()``, ``load_imdb()``): no download. They
+    compile with the user's XLA_FLAGS, not pytest's checking flags, as in a student's kernel
+    (``check()`` gives its own programs the checking options)."""
     from m2l_nlp.data import SMALL_DATA
     from m2l_nlp.imdb_archive import SOURCE_ENV
 
