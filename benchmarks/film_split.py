@@ -5,14 +5,16 @@
     python benchmarks/film_split.py --seed 0 --model bag
 
 The archive numbers its reviews so that neighbouring file ids are mostly reviews of one film,
-and the test films have no review in the training split. The project's validation split
-(``data.split_validation``) draws its reviews at random, so most of its films are also in
-training. This script holds out two validation sets from the training reviews of the
-``default`` preset's data (the test set is never read):
+and the test films have no review in the training split. A validation split drawn at random
+has most of its films in training too; the project's own (``data.split_validation``) is made
+of such runs, since 2026-11-27. This script holds out two validation sets of ``--val-size``
+reviews each from the training reviews of the ``default`` preset's data (the test set is never
+read), to compare the two kinds:
 
-- *random*: ``--val-size`` reviews drawn at random;
-- *film blocks*: runs of ``--block`` neighbouring file ids, half of them from each label, so
-  that most of their films have no review left in training.
+- *random*: reviews drawn at random;
+- *film blocks*: runs of ``--block`` neighbouring file ids, half of them from each label
+  (``data.film_blocks``, with the seed of its recorded runs), so that most of their films
+  have no review left in training.
 
 It trains on the rest with the preset's recipe (``--set KEY=VALUE`` changes it, as
 ``m2l-nlp train --set`` does; ``--model bag`` trains practical 1's bag MLP with TF-IDF on the
@@ -40,24 +42,17 @@ DEFAULT_DATA = os.environ.get("M2L_NLP_IMDB", "../shared/data/aclImdb_v1_labeled
 
 
 def film_block_split(
-    order: np.ndarray, val_size: int, block: int, rng: np.random.Generator
+    order: np.ndarray, labels: np.ndarray, val_size: int, block: int, rng: np.random.Generator
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rows ``(train, random, blocks)`` of a training split whose row ``r`` holds review
-    ``order[r]`` of the split in file order (one label, then the other, by file id).
+    ``order[r]`` of the split in file order, with labels ``labels``.
 
-    ``blocks``: runs of ``block`` neighbouring reviews in file order, drawn at random, until
-    each label has ``val_size // 2``; ``random``: ``val_size`` of the other rows; ``train``:
-    the rest, in row order.
+    ``blocks``: ``val_size`` rows in runs of ``block`` neighbouring reviews in file order
+    (:func:`m2l_nlp.data.film_blocks`, as the project's validation split draws them);
+    ``random``: ``val_size`` of the other rows; ``train``: the rest, in row order.
     """
-    n = len(order)
-    held = np.zeros(n, bool)  # by position in file order
-    for lo, hi in ((0, n // 2), (n // 2, n)):
-        for start in rng.permutation(np.arange(lo, hi, block)):
-            if held[lo:hi].sum() >= val_size // 2:
-                break
-            held[start : min(start + block, hi)] = True
-    block_rows = np.flatnonzero(held[order])
-    rest = np.flatnonzero(~held[order])
+    block_rows = data_lib.film_blocks(order, labels, val_size, block, rng)
+    rest = np.setdiff1d(np.arange(len(order)), block_rows)
     random_rows = rng.choice(rest, val_size, replace=False)
     return np.setdiff1d(rest, random_rows), random_rows, block_rows
 
@@ -76,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     data = data_lib.prepare_for(preset, args.data, seed=args.seed, progress=False)
     order = data_lib.shuffle_order(len(data.train_labels), args.seed)
     rng = np.random.default_rng(1000 + args.seed)
-    rows = film_block_split(order, args.val_size, args.block, rng)
+    rows = film_block_split(order, data.train_labels, args.val_size, args.block, rng)
     train_split, random_split, block_split = (
         (data.train_ids[r], data.train_mask[r], data.train_labels[r]) for r in rows
     )

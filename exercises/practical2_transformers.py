@@ -478,10 +478,12 @@ def classifier_forward(
 # Time to train the model you wrote. The course package does the plumbing: it trains a
 # tokenizer on the training reviews, turns every review into `input_ids` and a padding `mask`
 # of length `seq_len`, and runs a jitted training loop (AdamW, one evaluation on a validation
-# split after every epoch), the same loop as `m2l-nlp train`. The validation split is the
-# last reviews of the (shuffled) training split (`split_validation`, the one the command line
-# uses too): choices such as which epoch to keep are made on it, and the test reviews are
-# scored once, at the end, so that the test accuracy stays an honest estimate. The recipe
+# split after every epoch), the same loop as `m2l-nlp train`. The validation split
+# (`split_validation`, the one the command line uses too) holds out runs of neighbouring
+# training reviews of the archive, mostly reviews of one film each: as with the test films,
+# the model never trains on its films, so it does not reward remembering them. Choices such
+# as which epoch to keep are made on it, and the test reviews are scored once, at the end, so
+# that the test accuracy stays an honest estimate. The recipe
 # (model sizes, training settings) is a preset of `m2l_nlp/config.py`: `demo` for the small
 # data, `default` (the recipe of `make train`) for the full IMDB. Here you train your own
 # classifier exactly as you wrote it; `make train` adds one thing around it, which the preset

@@ -22,6 +22,7 @@ import tokenizers
 from m2l_nlp import bigrams, imdb_archive, tokenization
 from m2l_nlp.config import Preset
 from m2l_nlp.fileio import atomic_file, make_ordinary
+from m2l_nlp.splits import Split, film_blocks, shuffle_order, split_validation  # noqa: F401
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -161,12 +162,6 @@ def _checked_fingerprint(path: Path) -> str:
     return key
 
 
-def shuffle_order(n: int, seed: int) -> np.ndarray:
-    """The shuffle of a split of ``n`` reviews prepared with ``seed``: row ``r`` holds review
-    ``order[r]`` of the split in file order (by label, then file id)."""
-    return np.random.default_rng(seed).permutation(n)
-
-
 def _frame(texts: list[str], labels: np.ndarray, *, seed: int | None) -> pd.DataFrame:
     import pandas as pd  # only here: every process that imports this module is spared it
 
@@ -196,6 +191,7 @@ class PreparedData:
     cache_path: Path | None = None
     bigram_table: np.ndarray | None = dataclasses.field(default=None, repr=False)
     bigram_mode: str = "merge"  # how the pair tokens were added (m2l_nlp.bigrams.MODES)
+    shuffle_seed: int | None = None  # rows shuffled by shuffle_order(N, seed); None: file order
 
     @property
     def vocab_size(self) -> int:
@@ -259,7 +255,7 @@ def prepare_imdb(
     folder = Path(cache_dir or default_cache_dir()) / f"imdb-prepared-{key}"
     if use_cache and (folder / "arrays.npz").is_file():
         try:
-            return _load_prepared(folder)
+            return dataclasses.replace(_load_prepared(folder), shuffle_seed=seed)
         except Exception:  # damaged: rebuild
             shutil.rmtree(folder, ignore_errors=True)
     elif use_cache and folder.exists() and not (folder / "arrays.npz").is_file():
@@ -293,6 +289,7 @@ def prepare_imdb(
         tokenizer=tok,
         bigram_table=table,
         bigram_mode=bigram_mode if table is not None else "merge",
+        shuffle_seed=seed,
     )
     if use_cache:
         _save_prepared(folder, data, settings)
@@ -359,19 +356,3 @@ def prepare_for(
         bigram_tokens=preset.bigram_tokens,
         bigram_mode=preset.bigram_mode,
     )
-
-
-Split = tuple[np.ndarray, np.ndarray, np.ndarray]  # ids (N, S), mask (N, S), labels (N,)
-
-
-def split_validation(data: PreparedData, val_size: int) -> tuple[Split, Split | None]:
-    """``(train, validation)`` splits of the training reviews: the last ``val_size`` of them
-    validate (None for 0). The reviews were shuffled by the seed of :func:`prepare_imdb`,
-    so for a given seed every model, whatever its encoding, validates on the same reviews."""
-    n = len(data.train_labels)
-    if not 0 <= val_size < n:
-        raise ValueError(f"val_size must be in [0, {n}), not {val_size}")
-    arrays = (data.train_ids, data.train_mask, data.train_labels)
-    keep = n - val_size
-    train = tuple(a[:keep] for a in arrays)
-    return train, (tuple(a[keep:] for a in arrays) if val_size else None)

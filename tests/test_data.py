@@ -204,24 +204,3 @@ def test_prepare_imdb_with_interleaved_bigram_tokens(tmp_path):
     np.testing.assert_array_equal(again.test_mask, inter.test_mask)
     with pytest.raises(ValueError, match="bigram_mode must be one of"):
         data.prepare_imdb(data.SMALL_DATA, **kw, bigram_mode="between")
-
-
-def test_one_validation_split_for_every_encoding(tmp_path):
-    """For a given seed, presets with other encodings validate on the same reviews."""
-    from m2l_nlp.config import PRESETS
-
-    demo = data.prepare_for(PRESETS["demo"], "small", seed=3, cache_dir=tmp_path, progress=False)
-    plain = data.prepare_imdb(
-        data.SMALL_DATA, vocab_size=500, seq_len=64, seed=3, cache_dir=tmp_path, progress=False
-    )
-    (train_ids, _, train_labels), val = data.split_validation(demo, 40)
-    assert len(train_labels) == len(demo.train_labels) - 40 and len(val[2]) == 40
-    np.testing.assert_array_equal(np.concatenate([train_labels, val[2]]), demo.train_labels)
-    # The shuffle depends on the seed and the reviews only, not on the encoding: the same
-    # order of 1,000 labels, hence the same validation reviews.
-    np.testing.assert_array_equal(plain.train_labels, demo.train_labels)
-    _, other_val = data.split_validation(plain, 40)
-    np.testing.assert_array_equal(val[2], other_val[2])
-    assert data.split_validation(demo, 0)[1] is None
-    with pytest.raises(ValueError, match="val_size"):
-        data.split_validation(demo, len(demo.train_labels))
