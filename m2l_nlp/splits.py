@@ -44,7 +44,8 @@ def film_blocks(
     by_position[order] = labels
     held = np.zeros(len(order), bool)  # by file position
     values, first, counts = np.unique(by_position, return_index=True, return_counts=True)
-    values, counts = values[np.argsort(first)], counts[np.argsort(first)]  # in file order
+    in_file_order = np.argsort(first)
+    values, counts = values[in_file_order], counts[in_file_order]
     shares = np.diff(np.round(np.cumsum(counts) * size / len(order)), prepend=0).astype(int)
     for value, share in zip(values, shares, strict=True):
         positions = np.flatnonzero(by_position == value)
