@@ -72,7 +72,7 @@ def split_validation(data: PreparedData, val_size: int) -> tuple[Split, Split | 
     arrays = (data.train_ids, data.train_mask, data.train_labels)
     if not val_size:
         return arrays, None
-    seed = getattr(data, "shuffle_seed", None)
+    seed = data.shuffle_seed
     order = np.arange(n) if seed is None else shuffle_order(n, seed)
     rng = np.random.default_rng(1000 + (seed or 0))
     held = np.zeros(n, bool)
