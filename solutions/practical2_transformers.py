@@ -200,6 +200,8 @@ class MultiheadAttention(hk.Module):
         self.num_heads = num_heads
         self.d_head = d_model // num_heads
         self.proj_q = hk.Linear(d_model, name="proj_q")
+        # proj_k's bias b adds q . b to every score of one query alike, and the softmax
+        # cancels any such shift: that bias never gets a gradient (kept, like the others)
         self.proj_k = hk.Linear(d_model, name="proj_k")
         self.proj_v = hk.Linear(d_model, name="proj_v")
         self.proj_o = hk.Linear(d_model, name="proj_o")

@@ -218,6 +218,34 @@ def test_multihead_attention_accepts_all_mask_shapes():
         np.testing.assert_allclose(outs[0], out, atol=ATOL, rtol=RTOL)
 
 
+def test_the_key_bias_moves_no_output_and_gets_no_gradient():
+    """What the comment at ``proj_k`` says: the key projection's bias shifts all scores of a
+    query by one amount, which the softmax over the keys cancels."""
+    x = _mha_inputs()
+    mask = padding_mask([5, 3], 5)
+    model = transformed(lambda x, m: sol.MultiheadAttention(D_MODEL, HEADS)(x, x, x, m)[0])
+    params = model.init(jax.random.PRNGKey(0), x, mask)
+    shift = jnp.asarray(np.random.default_rng(4).normal(size=D_MODEL), jnp.float32)
+
+    def with_bias_shift(layer):
+        moved = {**params[f"multihead_attention/~/{layer}"]}
+        moved["b"] = moved["b"] + shift
+        return {**params, f"multihead_attention/~/{layer}": moved}
+
+    out = model.apply(params, None, x, mask)
+    np.testing.assert_allclose(
+        model.apply(with_bias_shift("proj_k"), None, x, mask),
+        out,
+        atol=ATOL,
+        rtol=RTOL,
+        equal_nan=False,
+    )
+    assert np.abs(model.apply(with_bias_shift("proj_q"), None, x, mask) - out).max() > 1e-2
+    grads = jax.grad(lambda p: (model.apply(p, None, x, mask) ** 2).sum())(params)
+    size = {k: float(jnp.abs(g["b"]).max()) for k, g in grads.items()}
+    assert size["multihead_attention/~/proj_k"] < 1e-5 < size["multihead_attention/~/proj_q"]
+
+
 def test_multihead_attention_rejects_indivisible_sizes():
     model = transformed(lambda x: sol.MultiheadAttention(10, 3)(x, x, x))
     with pytest.raises(ValueError, match="divisible"):
