@@ -22,9 +22,10 @@ import os
 import time
 
 from m2l_nlp.bigrams import MODES
-from m2l_nlp.config import BASELINES, PRESETS, override
+from m2l_nlp.config import BASELINES, PRESETS
 from m2l_nlp.data import prepare_for
 from m2l_nlp.experiment import train_and_evaluate
+from m2l_nlp.overrides import override
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -34,8 +34,9 @@ import numpy as np
 from m2l_nlp import data as data_lib
 from m2l_nlp import devices
 from m2l_nlp import model as models
-from m2l_nlp.config import PRESETS, override
+from m2l_nlp.config import PRESETS
 from m2l_nlp.evaluation import evaluate
+from m2l_nlp.overrides import override
 from m2l_nlp.training import train
 
 DEFAULT_DATA = os.environ.get("M2L_NLP_IMDB", "../shared/data/aclImdb_v1_labeled.tar.gz")

@@ -16,14 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from m2l_nlp import devices
-from m2l_nlp.config import (
-    BASELINES,
-    PRESETS,
-    SMALL_DATA_PRESET,
-    TRANSFORMER,
-    override,
-)
+from m2l_nlp.config import BASELINES, PRESETS, SMALL_DATA_PRESET, TRANSFORMER
 from m2l_nlp.impl import IMPLS, default_impl
+from m2l_nlp.overrides import override
 
 DEFAULT_PRESET = "default"
 DEFAULT_CHECKPOINT = Path("runs") / DEFAULT_PRESET / "checkpoint"

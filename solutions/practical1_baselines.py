@@ -374,7 +374,7 @@ class LSTMClassifier(hk.Module):
 #
 # Things to try: compare `bow-mlp` with `bigram-mlp` (does word order help?), with and without
 # TF-IDF (`preset = override(preset, ["model.use_tfidf=false"])`, with `override` from
-# `m2l_nlp.config`, the syntax of `m2l-nlp train --set`); then the LSTM, which reads the words
+# `m2l_nlp.overrides`, the syntax of `m2l-nlp train --set`); then the LSTM, which reads the words
 # in order but is much slower to train. Keep the test set for the very end: choose the
 # settings (epochs, dropout) on the validation split.
 

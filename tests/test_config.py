@@ -1,4 +1,4 @@
-"""Tests of m2l_nlp.config: presets, training settings and the one override syntax."""
+"""Tests of m2l_nlp.config: presets, model sizes and training settings."""
 
 from __future__ import annotations
 
@@ -9,11 +9,10 @@ from m2l_nlp.config import (
     PRESETS,
     BaselineConfig,
     ClassifierConfig,
-    ReverseConfig,
     TrainSettings,
-    override,
 )
 from m2l_nlp.experiment import resolve_val_size
+from m2l_nlp.overrides import override
 
 
 def test_presets_are_valid_configs():
@@ -56,23 +55,6 @@ def test_final_fit_trains_on_the_validation_reviews_only_when_reporting_test_acc
         resolve_val_size(default, 0, no_test=True, n_train=25000)
 
 
-def test_override_preset_changes_only_what_is_named():
-    default = PRESETS["default"]
-    changed = override(default, ["bigram_tokens=100000", "train.crop_len=512", "model.pooling=max"])
-    assert changed.bigram_tokens == 100000 and default.bigram_tokens == 50000
-    assert changed.train == {**default.train, "crop_len": 512}
-    assert changed.model == {**default.model, "pooling": "max"}
-    assert override(default, []) == default
-    for bad, message in [
-        ("train.crop_lenn=512", "unknown key 'train.crop_lenn'"),
-        ("model.vocab_size=5", "unknown key 'model.vocab_size'"),  # set by the data
-        ("description=x", "unknown key 'description'"),
-        ("crop_len", "expected KEY=VALUE"),
-    ]:
-        with pytest.raises(ValueError, match=message):
-            override(default, [bad])
-
-
 def test_baselines_are_presets_with_their_own_model_settings():
     assert set(config.BASELINES) <= set(PRESETS)
     bigram = PRESETS["bigram-mlp"]
@@ -85,17 +67,6 @@ def test_baselines_are_presets_with_their_own_model_settings():
     assert wider.model_config().hidden_sizes == (128, 32) and wider.settings().epochs == 5
     with pytest.raises(ValueError, match="unknown key 'model.d_model'"):
         override(bigram, ["model.d_model=64"])  # a transformer size, not a baseline's
-
-
-def test_the_same_override_syntax_sets_the_reverse_task():
-    changed = override(ReverseConfig(), ["steps=200", "learning_rate=1e-2"])
-    assert (changed.steps, changed.learning_rate) == (200, 1e-2)
-    settings = changed.settings()
-    assert settings.learning_rate == 1e-2 and settings.epochs == changed.epochs
-    with pytest.raises(ValueError, match="unknown key 'model.d_model'"):
-        override(ReverseConfig(), ["model.d_model=3"])
-    with pytest.raises(ValueError, match="whole number"):
-        override(ReverseConfig(), ["steps=ten"])
 
 
 def test_a_setting_reaches_the_optimizer():

@@ -15,6 +15,7 @@ import pytest
 
 from m2l_nlp import checkpoint, cli, config, experiment, runs
 from m2l_nlp.data import prepare_for
+from m2l_nlp.overrides import override
 
 TINY = [
     "vocab_size=500",
@@ -29,16 +30,14 @@ TINY = [
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     """A tiny preset of 3 epochs and its data (the bundled reviews)."""
-    preset = config.override(
-        config.PRESETS["demo"], [*TINY, "train.epochs=3", "train.ema_decay=0.9"]
-    )
+    preset = override(config.PRESETS["demo"], [*TINY, "train.epochs=3", "train.ema_decay=0.9"])
     cache = tmp_path_factory.mktemp("cache")
     return preset, prepare_for(preset, "small", cache_dir=cache, progress=False)
 
 
 @pytest.mark.slow
 def test_train_and_evaluate_tests_and_saves_the_run(tmp_path):
-    preset = config.override(config.PRESETS["demo"], [*TINY, "train.epochs=1"])
+    preset = override(config.PRESETS["demo"], [*TINY, "train.epochs=1"])
     data = prepare_for(preset, "small", cache_dir=tmp_path / "cache", progress=False)
     out = tmp_path / "run"
     run = experiment.train_and_evaluate(preset, data, out, name="tiny", progress=False, log=None)
@@ -142,7 +141,7 @@ def test_ctrl_c_keeps_the_last_epoch_and_says_how_to_resume(tmp_path, monkeypatc
 @pytest.fixture(scope="module")
 def tiny_backoff(tiny, tmp_path_factory):
     """The tiny preset with 50 pair tokens that back off to their first tokens, its data."""
-    preset = config.override(tiny[0], ["bigram_tokens=50", "bigram_backoff=true"])
+    preset = override(tiny[0], ["bigram_tokens=50", "bigram_backoff=true"])
     cache = tmp_path_factory.mktemp("cache")
     return preset, prepare_for(preset, "small", cache_dir=cache, progress=False)
 
@@ -156,7 +155,7 @@ def test_a_run_with_backoff_tests_and_saves_the_plain_classifier(
     from m2l_nlp import evaluation, model
 
     preset, data = tiny_backoff
-    preset = config.override(preset, ["train.epochs=1"])
+    preset = override(preset, ["train.epochs=1"])
     trained = []
 
     def keep(*args, **kwargs):
@@ -205,7 +204,7 @@ def test_a_run_on_a_gpu_compiles_a_program_per_shape_and_five_more(
     from m2l_nlp import devices
 
     preset, data = tiny if pairs == "no pairs" else tiny_backoff
-    preset = config.override(preset, ["train.epochs=2"])
+    preset = override(preset, ["train.epochs=2"])
     monkeypatch.setattr(devices, "accelerator", lambda: "gpu")  # buckets as on a GPU
     jax.clear_caches()  # as in a fresh process: programs of earlier tests would be reused
     before = devices.compile_counter()["programs"]
