@@ -6,14 +6,14 @@
 
 The archive numbers its reviews so that neighbouring file ids are mostly reviews of one film,
 and the test films have no review in the training split. A validation split drawn at random
-has most of its films in training too; the project's own (``data.split_validation``) is made
+has most of its films in training too; the project's own (``splits.split_validation``) is made
 of such runs, since 2026-11-27. This script holds out two validation sets of ``--val-size``
 reviews each from the training reviews of the ``default`` preset's data (the test set is never
 read), to compare the two kinds:
 
 - *random*: reviews drawn at random;
 - *film blocks*: runs of ``--block`` neighbouring file ids, half of them from each label
-  (``data.film_blocks``, with the seed of its recorded runs), so that most of their films
+  (``splits.film_blocks``, with the generator of the project's split), so that most of their films
   have no review left in training.
 
 It trains on the rest with the preset's recipe (``--set KEY=VALUE`` changes it, as
@@ -32,7 +32,7 @@ import time
 import numpy as np
 
 from m2l_nlp import data as data_lib
-from m2l_nlp import devices
+from m2l_nlp import devices, splits
 from m2l_nlp import model as models
 from m2l_nlp.config import PRESETS
 from m2l_nlp.evaluation import evaluate
@@ -49,10 +49,10 @@ def film_block_split(
     ``order[r]`` of the split in file order, with labels ``labels``.
 
     ``blocks``: ``val_size`` rows in runs of ``block`` neighbouring reviews in file order
-    (:func:`m2l_nlp.data.film_blocks`, as the project's validation split draws them);
+    (:func:`m2l_nlp.splits.film_blocks`, as the project's validation split draws them);
     ``random``: ``val_size`` of the other rows; ``train``: the rest, in row order.
     """
-    block_rows = data_lib.film_blocks(order, labels, val_size, block, rng)
+    block_rows = splits.film_blocks(order, labels, val_size, block, rng)
     rest = np.setdiff1d(np.arange(len(order)), block_rows)
     random_rows = rng.choice(rest, val_size, replace=False)
     return np.setdiff1d(rest, random_rows), random_rows, block_rows
@@ -70,8 +70,8 @@ def main(argv: list[str] | None = None) -> int:
 
     preset = override(PRESETS["default"], args.set)
     data = data_lib.prepare_for(preset, args.data, seed=args.seed, progress=False)
-    order = data_lib.shuffle_order(len(data.train_labels), args.seed)
-    rng = np.random.default_rng(1000 + args.seed)
+    order = splits.shuffle_order(len(data.train_labels), args.seed)
+    rng = splits.validation_rng(args.seed)
     rows = film_block_split(order, data.train_labels, args.val_size, args.block, rng)
     train_split, random_split, block_split = (
         (data.train_ids[r], data.train_mask[r], data.train_labels[r]) for r in rows

@@ -501,7 +501,8 @@ def classifier_forward(
 
 # %% active="ipynb"
 # from m2l_nlp.config import PRESETS
-# from m2l_nlp.data import prepare_for, split_validation
+# from m2l_nlp.data import prepare_for
+# from m2l_nlp.splits import split_validation
 # from m2l_nlp.evaluation import evaluate
 # from m2l_nlp.tokenization import batch_encode
 # from m2l_nlp.training import train

@@ -22,7 +22,7 @@ import tokenizers
 from m2l_nlp import bigrams, imdb_archive, tokenization
 from m2l_nlp.config import Preset
 from m2l_nlp.fileio import atomic_file, make_ordinary
-from m2l_nlp.splits import Split, film_blocks, shuffle_order, split_validation  # noqa: F401
+from m2l_nlp.splits import shuffle_order
 
 if TYPE_CHECKING:
     import pandas as pd

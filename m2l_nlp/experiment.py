@@ -22,10 +22,10 @@ import jax
 
 from m2l_nlp import devices, runs
 from m2l_nlp.config import Preset
-from m2l_nlp.data import split_validation
 from m2l_nlp.evaluation import evaluate
 from m2l_nlp.metrics import EvalResult
 from m2l_nlp.runs import Progress
+from m2l_nlp.splits import split_validation
 from m2l_nlp.training import train
 from m2l_nlp.transform import ModelFuncs
 
@@ -85,7 +85,7 @@ def train_and_evaluate(
 
     ``data`` is a :class:`~m2l_nlp.data.PreparedData` encoded as the preset says
     (:func:`m2l_nlp.data.prepare_for`). ``val_size`` training reviews are held out
-    (:func:`m2l_nlp.data.split_validation`; default: see
+    (:func:`m2l_nlp.splits.split_validation`; default: see
     :func:`resolve_val_size`) to validate each epoch and keep the best;
     the test reviews are scored once, at the end, unless ``no_test``. ``impl`` picks the
     student's or the reference modules (or a notebook's ``globals()``); ``name`` and

@@ -27,6 +27,11 @@ def shuffle_order(n: int, seed: int) -> np.ndarray:
 VAL_BLOCK = 50  # neighbouring file ids per run of the validation split: about one film
 
 
+def validation_rng(seed: int | None) -> np.random.Generator:
+    """The generator that draws the validation runs of reviews shuffled with ``seed``."""
+    return np.random.default_rng(1000 + (seed or 0))
+
+
 def film_blocks(
     order: np.ndarray, labels: np.ndarray, size: int, block: int, rng: np.random.Generator
 ) -> np.ndarray:
@@ -74,7 +79,7 @@ def split_validation(data: PreparedData, val_size: int) -> tuple[Split, Split | 
         return arrays, None
     seed = data.shuffle_seed
     order = np.arange(n) if seed is None else shuffle_order(n, seed)
-    rng = np.random.default_rng(1000 + (seed or 0))
+    rng = validation_rng(seed)
     held = np.zeros(n, bool)
     held[film_blocks(order, data.train_labels, val_size, VAL_BLOCK, rng)] = True
     return tuple(a[~held] for a in arrays), tuple(a[held] for a in arrays)

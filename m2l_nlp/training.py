@@ -32,11 +32,11 @@ from tqdm.auto import tqdm
 from m2l_nlp import batching, devices, metrics
 from m2l_nlp.batching import DeviceData
 from m2l_nlp.config import TrainSettings
-from m2l_nlp.data import Split
 from m2l_nlp.evaluation import evaluate
 from m2l_nlp.metrics import EvalResult, Objective
 from m2l_nlp.optim import TrainState, eval_params, init_state, make_optimizer, update_ema
 from m2l_nlp.runs import Progress
+from m2l_nlp.splits import Split
 from m2l_nlp.transform import ModelFuncs
 
 

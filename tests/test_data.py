@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from m2l_nlp import bigrams, data, imdb_archive, tokenization
+from m2l_nlp.splits import shuffle_order
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +74,7 @@ def test_seed_shuffles_reproducibly():
     assert sorted(a["text"]) == sorted(c["text"])
     assert list(unshuffled["label"][:500]) == [0] * 500  # neg first, then pos: no shuffle
     # row r of a shuffled split is review shuffle_order[r] in file order
-    order = data.shuffle_order(len(unshuffled), 1)
+    order = shuffle_order(len(unshuffled), 1)
     assert list(c["text"]) == list(unshuffled["text"].iloc[order])
 
 

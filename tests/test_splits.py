@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from m2l_nlp import data
-from m2l_nlp.splits import film_blocks, shuffle_order
+from m2l_nlp.splits import film_blocks, shuffle_order, split_validation
 
 
 def assert_runs(positions: np.ndarray, first: int, block: int) -> list[int]:
@@ -49,20 +49,20 @@ def test_one_validation_split_of_films_for_every_encoding(tmp_path):
     assert again.from_cache and demo.shuffle_seed == plain.shuffle_seed == again.shuffle_seed == 3
     n = len(demo.train_labels)
     rows = np.arange(n, dtype=np.int32)[:, None]  # each review's row, in place of its ids
-    train, val = data.split_validation(dataclasses.replace(demo, train_ids=rows), 40)
+    train, val = split_validation(dataclasses.replace(demo, train_ids=rows), 40)
     assert len(train[2]) == n - 40 and len(val[2]) == 40
     held, kept = val[0][:, 0], train[0][:, 0]
     np.testing.assert_array_equal(np.sort(np.r_[held, kept]), np.arange(n))
     assert np.all(np.diff(held) > 0) and np.all(np.diff(kept) > 0)  # the shuffled order
     np.testing.assert_array_equal(val[2], demo.train_labels[held])
     # one run of 20 neighbouring file ids per label (runs of 50, the last cut to fit)
-    positions, file_labels = data.shuffle_order(n, 3)[held], val[2]
+    positions, file_labels = shuffle_order(n, 3)[held], val[2]
     negatives = int((demo.train_labels == 0).sum())
     assert assert_runs(positions[file_labels == 0], 0, 50) == [20]
     assert assert_runs(positions[file_labels == 1], negatives, 50) == [20]
-    _, other_val = data.split_validation(plain, 40)
+    _, other_val = split_validation(plain, 40)
     np.testing.assert_array_equal(val[2], other_val[2])
     np.testing.assert_array_equal(val[1].sum(1) > 0, True)
-    assert data.split_validation(demo, 0)[1] is None
+    assert split_validation(demo, 0)[1] is None
     with pytest.raises(ValueError, match="val_size"):
-        data.split_validation(demo, n)
+        split_validation(demo, n)
