@@ -22,25 +22,6 @@ from m2l_nlp.metrics import EvalResult, Objective
 from m2l_nlp.transform import ModelFuncs
 
 
-@functools.partial(jax.jit, static_argnames=("model",))
-def evaluate_on_batch(
-    params: hk.Params,
-    ids: jax.Array,
-    mask: jax.Array,
-    labels: jax.Array,
-    weights: jax.Array | None = None,
-    *,
-    model: ModelFuncs,
-) -> tuple[jax.Array, jax.Array]:
-    """Accuracy and confusion matrix ``(2, 2)`` (``[true, predicted]``, counts) on one batch.
-
-    Dropout is off. Rows with ``weights`` 0 (padding of a partial batch) are not counted.
-    """
-    logits = model.model_fw.apply(params, ids, mask)
-    confusion = metrics.batch_counts(logits, labels, weights)
-    return jnp.trace(confusion) / jnp.maximum(confusion.sum(), 1.0), confusion
-
-
 @functools.lru_cache(maxsize=16)
 def _make_logit_step(model: ModelFuncs, mesh) -> Callable:
     """The jitted evaluation step of ``model``, made once per model and mesh, so that every

@@ -18,24 +18,6 @@ import numpy as np
 import optax
 
 
-def sigmoid_bce(
-    logits: jax.Array, labels: jax.Array, weights: jax.Array | None = None
-) -> jax.Array:
-    """Mean binary cross-entropy of logits ``(B,)`` against labels ``(B,)`` in {0, 1}.
-
-    ``weights`` ``(B,)`` (e.g. 0 for padding rows of a partial batch) give a weighted mean.
-    """
-    if weights is None:
-        weights = jnp.ones(jnp.shape(logits), jnp.float32)
-    weights = jnp.asarray(weights, jnp.float32)
-    return sigmoid_bce_sum(logits, labels, weights) / jnp.maximum(weights.sum(), 1.0)
-
-
-def sigmoid_bce_sum(logits: jax.Array, labels: jax.Array, weights: jax.Array) -> jax.Array:
-    """Weighted sum (not mean) of the binary cross-entropies: what micro-batches add up."""
-    return (binary_row_loss(logits, labels) * weights).sum()
-
-
 def binary_row_loss(logits: jax.Array, labels: jax.Array) -> jax.Array:
     """Binary cross-entropy per review ``(B,)`` of logits ``(B,)``, labels in {0, 1}."""
     return optax.sigmoid_binary_cross_entropy(logits, labels.astype(logits.dtype))
@@ -67,16 +49,6 @@ class Objective(NamedTuple):
 
 BINARY = Objective(binary_row_loss, binary_row_accuracy, binary=True)
 TOKENS = Objective(token_row_loss, token_row_accuracy, binary=False)
-
-
-def batch_counts(logits: jax.Array, labels: jax.Array, weights: jax.Array | None) -> jax.Array:
-    """Confusion counts ``(2, 2)`` float32, ``[true, predicted]`` (0 = neg, 1 = pos)."""
-    pred = (logits > 0).astype(jnp.int32)
-    true = (labels > 0).astype(jnp.int32)
-    w = jnp.ones_like(logits, jnp.float32) if weights is None else weights.astype(jnp.float32)
-    onehot_true = jax.nn.one_hot(true, 2, dtype=jnp.float32) * w[:, None]
-    onehot_pred = jax.nn.one_hot(pred, 2, dtype=jnp.float32)
-    return onehot_true.T @ onehot_pred
 
 
 def confusion_matrix(labels: np.ndarray, logits: np.ndarray) -> np.ndarray:

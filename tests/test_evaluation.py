@@ -14,21 +14,6 @@ def reference_logits(model, params, ids, mask):
     return np.asarray(model.predict_fw(params, ids, mask))
 
 
-def test_evaluate_on_batch_accuracy_and_confusion(tiny_model, tiny_params, random_split):
-    model, params = tiny_model, tiny_params
-    ids, mask, labels = random_split(16, seed=2)
-    acc, confusion = evaluation.evaluate_on_batch(params, ids, mask, labels, model=model)
-    logits = reference_logits(model, params, ids, mask)
-    pred = (logits > 0).astype(int)
-    expected = np.zeros((2, 2))
-    np.add.at(expected, (labels, pred), 1)
-    np.testing.assert_array_equal(np.asarray(confusion), expected)
-    assert float(acc) == pytest.approx((pred == labels).mean())
-    weights = np.r_[np.ones(10), np.zeros(6)].astype(np.float32)
-    _, part = evaluation.evaluate_on_batch(params, ids, mask, labels, weights, model=model)
-    assert float(np.asarray(part).sum()) == 10
-
-
 @pytest.mark.parametrize("batch_size", [8, 5, 64])
 def test_evaluate_counts_every_example_once(tiny_model, tiny_params, random_split, batch_size):
     model, params = tiny_model, tiny_params

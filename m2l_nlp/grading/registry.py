@@ -18,7 +18,6 @@ from collections.abc import Callable
 from typing import Any
 
 EXTRA_MODULES_ENV = "M2L_GRADING_MODULES"
-STATUSES = ("passed", "failed", "not started", "error")
 
 
 class CheckFailure(AssertionError):

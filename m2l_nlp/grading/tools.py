@@ -99,10 +99,6 @@ def fail(message: str) -> None:
     raise CheckFailure(message)
 
 
-def _fmt(value: Any) -> str:
-    return np.array2string(np.asarray(value), precision=4, suppress_small=True)
-
-
 def _index(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(flat, shape))
 
@@ -272,8 +268,3 @@ def expect_dropout_only_in_training(
         hint="With a dropout rate of 0, training and evaluation must give the same output.",
         versus="your evaluation-mode output",
     )
-
-
-def param_names(params: hk.Params) -> list[str]:
-    """``["module/name", ...]`` for messages."""
-    return [f"{m}/{n}" for m, leaves in params.items() for n in leaves]
