@@ -3,9 +3,9 @@
 #   floors  the oldest supported Python, every runtime dependency at its pyproject floor
 #   colab   Colab's runtime: Python 3.13, jax and jaxlib 0.7.2 installed first and kept, the
 #           course installed by the notebooks' own setup cell from a file:// clone
-# Each runs the graded suite against the solutions, the tests of the checks' messages and
-# the demo training; colab also runs every solved notebook. FLOORS_PYTHON / COLAB_PYTHON
-# name other interpreters.
+# Each runs the graded suite against the solutions, the tests of the checks' messages, the
+# library tests of the training loop and the demo training; colab also runs every solved
+# notebook. FLOORS_PYTHON / COLAB_PYTHON name other interpreters.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 kind=${1:?usage: .ci/compat.sh floors|colab}
@@ -44,6 +44,12 @@ graded_and_demo() {  # graded_and_demo ENV FOLDER: the graded suite and the demo
   # checks run on (11 s of the 72 that these two files take in all)
   (cd "$2" && "$py" -m pytest tests/test_grading.py tests/test_devices.py --impl solutions \
       -q -p no:cacheprovider -m "not slow" -k "hint or words or message or cpu or device")
+  # the loop and what it leans on, where JAX's API moves between versions: sharding, buffer
+  # donation, lax.scan, the persistent compilation cache and its count, haiku's transform,
+  # checkpoints (about 40 s)
+  (cd "$2" && "$py" -m pytest tests/test_training.py tests/test_batching.py \
+      tests/test_evaluation.py tests/test_optim.py tests/test_transform.py \
+      tests/test_checkpoint.py --impl solutions -q -p no:cacheprovider -m "not slow")
   (cd "$2" && "$py" -m m2l_nlp.cli train --data small --no-progress --out "$work/demo" \
       --cache-dir "$work/cache")
   "$py" - "$work/demo/metrics.json" <<'PY'
