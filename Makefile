@@ -61,7 +61,8 @@ test-slow: $(STAMP)
 # Compatibility environments (CI runs them after `make test`; they need pyenv's Python 3.10
 # and 3.13, or FLOORS_PYTHON / COLAB_PYTHON): the dependency floors of pyproject.toml on the
 # oldest supported Python, and Colab's runtime (Python 3.13, its jax 0.7.2 kept) with the
-# solved notebooks run as in Colab. Each: the graded suite, the loop's library tests and the demo run. See .ci/compat.sh.
+# solved notebooks run as in Colab. Each: the graded suite, the loop's library tests and the
+# demo run. See .ci/compat.sh.
 compat: compat-floors compat-colab
 compat-floors:
 	bash .ci/compat.sh floors
