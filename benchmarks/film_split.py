@@ -3,6 +3,7 @@
     python benchmarks/film_split.py --seed 0
     python benchmarks/film_split.py --seed 0 --set bigram_backoff=false  # the recipe before backoff
     python benchmarks/film_split.py --seed 0 --model bag
+    python benchmarks/film_split.py --seed 0 --model bag --bag-set model.use_tfidf=false
 
 The archive numbers its reviews so that neighbouring file ids are mostly reviews of one film,
 and the test films have no review in the training split. A validation split drawn at random
@@ -17,8 +18,9 @@ read), to compare the two kinds:
   have no review left in training.
 
 It trains on the rest with the preset's recipe (``--set KEY=VALUE`` changes it, as
-``m2l-nlp train --set`` does; ``--model bag`` trains practical 1's bag MLP with TF-IDF on the
-same ids instead), keeps the last epoch and prints its accuracy and loss on both sets. Each
+``m2l-nlp train --set`` does, and makes the ids; ``--model bag`` trains practical 1's bag MLP
+with TF-IDF on the same ids instead, its own settings changed by ``--bag-set KEY=VALUE``),
+keeps the last epoch and prints its accuracy and loss on both sets. Each
 epoch's line reports the film blocks. See docs/results.md, "validation reviews share films
 with the training reviews".
 """
@@ -66,9 +68,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--block", type=int, default=50, help="neighbouring ids per run")
     parser.add_argument("--model", choices=("transformer", "bag"), default="transformer")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument(
+        "--bag-set", action="append", default=[], metavar="KEY=VALUE", help="with --model bag"
+    )
     args = parser.parse_args(argv)
-
-    preset = override(PRESETS["default"], args.set)
+    if args.bag_set and args.model != "bag":
+        parser.error("--bag-set changes the bag MLP: add --model bag")
+    try:
+        preset = override(PRESETS["default"], args.set)
+        bag_preset = override(PRESETS["bow-mlp"], ["model.use_tfidf=true", *args.bag_set])
+        preset.check()
+        bag_preset.check()
+    except (TypeError, ValueError) as error:
+        parser.error(str(error))
     data = data_lib.prepare_for(preset, args.data, seed=args.seed, progress=False)
     order = splits.shuffle_order(len(data.train_labels), args.seed)
     rng = splits.validation_rng(args.seed)
@@ -84,8 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     if args.model == "bag":  # practical 1's bag MLP, TF-IDF, on the same ids and splits
         width = data.train_ids.shape[1]
-        bag = ["model.use_tfidf=true", f"train.crop_len={width}", f"seq_len={width}"]
-        preset = override(PRESETS["bow-mlp"], bag)
+        preset = override(bag_preset, [f"train.crop_len={width}", f"seq_len={width}"])
     settings = preset.settings(seed=args.seed, keep_best=False)
     funcs, _, params, tie = models.init_for_preset(
         preset, data, args.seed, "solutions", *train_split[:2]
