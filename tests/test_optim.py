@@ -76,14 +76,15 @@ def test_the_optimizer_is_optax_adamw_with_clipping():
         np.testing.assert_array_equal(a, b)
 
 
-def test_lazy_rows_move_only_in_steps_that_see_them():
-    settings = TrainSettings(
-        learning_rate=1e-2,
-        weight_decay=0.0,
-        clip_norm=0.0,
-        warmup_fraction=0.0,
-        final_lr_fraction=1.0,
+def _constant_rate(**changes) -> TrainSettings:
+    """Adam at a constant learning rate of 1e-2, no clipping."""
+    return TrainSettings(
+        learning_rate=1e-2, clip_norm=0.0, warmup_fraction=0.0, final_lr_fraction=1.0, **changes
     )
+
+
+def test_lazy_rows_move_only_in_steps_that_see_them():
+    settings = _constant_rate(weight_decay=0.0)
     lazy = optim.make_optimizer(dataclasses.replace(settings, lazy_embeddings=True), 10)
     dense = optim.make_optimizer(settings, 10)
     # row 0 in every step, row 1 only in the first, rows 2-5 never
@@ -108,14 +109,7 @@ def test_lazy_rows_move_only_in_steps_that_see_them():
 
 
 def test_lazy_rows_still_decay():
-    settings = TrainSettings(
-        learning_rate=1e-2,
-        weight_decay=0.5,
-        clip_norm=0.0,
-        warmup_fraction=0.0,
-        final_lr_fraction=1.0,
-        lazy_embeddings=True,
-    )
+    settings = _constant_rate(weight_decay=0.5, lazy_embeddings=True)
     params, grads = _table_params_and_grads(4, lambda t: [0])
     out, _ = _run(optim.make_optimizer(settings, 4), params, grads)
     table = params["m/~/embed"]["embeddings"]
