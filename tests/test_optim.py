@@ -42,12 +42,12 @@ def _run(optimizer, params, grads_per_step):
 
 
 def _table_params_and_grads(steps: int, rows_seen):
-    """A (6, 4) embedding table and a (4, 2) matrix; ``rows_seen(t)``: the table's rows
+    """A (6, 4) embedding table and a linear layer; ``rows_seen(t)``: the table's rows
     with a gradient at step ``t`` (the others get exact zeros, as an absent token does)."""
     key = jax.random.PRNGKey(0)
     params = {
         "m/~/embed": {"embeddings": jax.random.normal(key, (6, 4))},
-        "m/~/linear": {"w": jax.random.normal(key, (4, 2))},
+        "m/~/linear": {"w": jax.random.normal(key, (4, 2)), "b": jax.random.normal(key, (2,))},
     }
     grads = []
     for t in range(steps):
