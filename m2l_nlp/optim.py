@@ -43,18 +43,17 @@ def lazy_rows(adam: optax.GradientTransformation, tables: Any) -> optax.Gradient
 
     def update(grads, state, params=None):
         updates, new = adam.update(grads, state, params)
-        lazy = tables(grads)
 
-        def pick(is_table, g, before, after):
-            if not is_table:
-                return after
-            return jnp.where(jnp.any(g != 0, axis=-1, keepdims=True), after, before)
+        def rows_seen(is_table, g):  # (V, 1) for a table, a scalar True for the rest
+            return jnp.any(g != 0, axis=-1, keepdims=True) if is_table else jnp.bool_(True)
 
-        zeros = jax.tree_util.tree_map(jnp.zeros_like, updates)
-        updates = jax.tree_util.tree_map(pick, lazy, grads, zeros, updates)
-        mu = jax.tree_util.tree_map(pick, lazy, grads, state.mu, new.mu)
-        nu = jax.tree_util.tree_map(pick, lazy, grads, state.nu, new.nu)
-        return updates, new._replace(mu=mu, nu=nu)
+        seen = jax.tree_util.tree_map(rows_seen, tables(grads), grads)
+
+        def keep(old, now):  # the rows of a table not seen keep their moments
+            return jax.tree_util.tree_map(lambda s, o, n: jnp.where(s, n, o), seen, old, now)
+
+        updates = jax.tree_util.tree_map(lambda s, u: jnp.where(s, u, 0.0), seen, updates)
+        return updates, new._replace(mu=keep(state.mu, new.mu), nu=keep(state.nu, new.nu))
 
     return optax.GradientTransformation(adam.init, update)
 
