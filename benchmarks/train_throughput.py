@@ -152,6 +152,45 @@ def per_width(model, params, ids, mask, labels, batch_size, repeats, steps=10):
     print(f"  sum over buckets: {len(lengths) / total:.1f} examples/s")
 
 
+def loop_per_width(model, params, ids, mask, labels, batch_size, repeats, steps_per_call):
+    """Our loop on each length bucket's reviews alone: ms per optimizer step, share of an epoch.
+
+    Unlike :func:`per_width` (one step repeated), this times whole epochs of
+    :func:`ours`, K steps per call, so a GPU's launches and loop checks are counted as the
+    full epoch pays them.
+    """
+    bucket = batching.bucket_of(mask.sum(1), batching.bucket_widths(ids.shape[1]))
+    rows = []
+    for w in (int(w) for w in np.unique(bucket)):
+        pick = bucket == w
+        if pick.sum() < batch_size:
+            continue
+        rate = statistics.median(
+            ours(
+                model,
+                params,
+                ids[pick],
+                mask[pick],
+                labels[pick],
+                batch_size,
+                repeats,
+                steps_per_call,
+            )
+        )
+        rows.append((w, int(pick.sum()), rate))
+    total = sum(count / rate for _, count, rate in rows)
+    print(
+        f"our loop on each bucket alone (K={steps_per_call}, batch {batch_size}, median of "
+        f"{repeats} epochs):"
+    )
+    for w, count, rate in rows:
+        print(
+            f"  width {w:4d}: {count:5d} reviews ({count / len(bucket):5.1%}), "
+            f"{batch_size / rate * 1e3:6.3f} ms per step, {count / rate / total:5.1%} of the epoch"
+        )
+    print(f"  sum over buckets: {sum(c for _, c, _ in rows) / total:.1f} examples/s")
+
+
 def _ops(compiled_text: str) -> int:
     """Operations of a compiled program's entry computation, bookkeeping ones excluded."""
     entry = compiled_text[compiled_text.index("\nENTRY") :].split("\n}\n")[0]
@@ -189,6 +228,11 @@ def main() -> None:
     parser.add_argument("--our-batch-size", type=int, default=None, help="also time ours at B")
     parser.add_argument(
         "--per-width", action="store_true", help="also time one step per length bucket"
+    )
+    parser.add_argument(
+        "--loop-per-width",
+        action="store_true",
+        help="also time our loop (the first K) on each length bucket's reviews alone",
     )
     parser.add_argument(
         "--count-ops", action="store_true", help="also count the operations of one step"
@@ -246,6 +290,10 @@ def main() -> None:
         )
     if args.per_width:
         per_width(model, params, ids, mask, labels, args.batch_size, args.repeats)
+    if args.loop_per_width:
+        loop_per_width(
+            model, params, ids, mask, labels, args.batch_size, args.repeats, args.steps_per_call[0]
+        )
     if args.count_ops:
         count_ops(model, params, args.batch_size)
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
