@@ -10,10 +10,11 @@
 # IMDB defaults to $M2L_NLP_IMDB, then .gpu/'s copy, then
 # ../shared/data/aclImdb_v1_labeled.tar.gz. Every log goes to OUT_DIR;
 # the data and the compiled programs are cached in OUT_DIR/cache, which should be empty for
-# the cold figures. STEPS picks some of the steps below (default: all, about 14 minutes on one
+# the cold figures. STEPS picks some of the steps below (default: all, about 15 minutes on one
 # H200, more than one 10-minute call: run it as two, e.g. STEPS="tests graded" first):
 #   count_ops   how many operations one step of the seed model compiles to;
-#   throughput  training throughput against the seed loop at batch 8, K = 1, 8, 32 steps per call;
+#   throughput  training throughput against the seed loop at batch 8, K = 8, 1, 32 steps per call,
+#               and our loop at K = 8 on each length bucket alone (ms per step);
 #   train_k1    `make train`'s job, cold: test accuracy, wall time, programs compiled;
 #   train_k8    the same job at 8 steps per call (its data and evaluation programs cached);
 #   train_seeds not in the default list: the same job at seeds 1 and 2 (after train_k1, whose
@@ -49,13 +50,13 @@ step() {  # NAME LIMIT_S COMMAND...: run it if STEPS names it, log it, say how i
     timeout "$limit" "$@" > "$out/$name.log" 2>&1
     local rc=$?
     [ $rc = 124 ] && echo "   stopped at its limit" || echo "   exit $rc"
-    grep -E "XLA_FLAGS=|median|ratio|operations|programs|accuracy|passed|failed|total time" "$out/$name.log" | tail -15
+    grep -E "XLA_FLAGS=|median|ratio|operations|width|programs|accuracy|passed|failed|total time" "$out/$name.log" | tail -15
 }
 
 step count_ops 180 python3 benchmarks/train_throughput.py --data "$imdb" --examples 400 \
     --seed-steps 10 --repeats 1 --count-ops
-step throughput 150 python3 benchmarks/train_throughput.py --data "$imdb" --examples 4000 \
-    --seed-steps 300 --repeats 3 --steps-per-call 1 8 32
+step throughput 240 python3 benchmarks/train_throughput.py --data "$imdb" --examples 4000 \
+    --seed-steps 300 --repeats 3 --steps-per-call 8 1 32 --loop-per-width
 step train_k1 200 m2l-nlp train --data "$imdb" --no-progress --out "$out/run_k1" --overwrite
 step train_k8 200 m2l-nlp train --data "$imdb" --no-progress --out "$out/run_k8" --overwrite \
     --set train.steps_per_call=8
