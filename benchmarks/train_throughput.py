@@ -12,7 +12,8 @@ grows as W^2 (attention) by at most the printed factor, and work that grows as W
 The second is measured: reviews cut at 600 tokens cost the same in both loops (up to
 cache effects), so timing ours on those reviews alone gives the ratio we would reach if
 every shorter review were free. ``--per-width`` then times one step of each length
-bucket and prints where an epoch of our loop spends its time. ``--count-ops`` counts the
+bucket and prints where an epoch of our loop spends its time; ``--loop-per-width`` runs our
+loop itself on each bucket's reviews alone (milliseconds per step). ``--count-ops`` counts the
 operations of one compiled training step, and of the optimizer's update alone (at batch 8 on
 a GPU, each operation is roughly one kernel launch).
 
@@ -165,18 +166,8 @@ def loop_per_width(model, params, ids, mask, labels, batch_size, repeats, steps_
         pick = bucket == w
         if pick.sum() < batch_size:
             continue
-        rate = statistics.median(
-            ours(
-                model,
-                params,
-                ids[pick],
-                mask[pick],
-                labels[pick],
-                batch_size,
-                repeats,
-                steps_per_call,
-            )
-        )
+        picked = (a[pick] for a in (ids, mask, labels))
+        rate = statistics.median(ours(model, params, *picked, batch_size, repeats, steps_per_call))
         rows.append((w, int(pick.sum()), rate))
     total = sum(count / rate for _, count, rate in rows)
     print(
