@@ -97,6 +97,7 @@ class TrainSettings:
     clip_norm: float = 1.0  # global gradient-norm clipping (0: none)
     crop_len: int = 256  # training windows: a random crop of this many tokens
     token_dropout: float = 0.0  # training only: hide this fraction of tokens (word dropout)
+    adversarial: float = 0.0  # > 0: add the loss at embeddings moved this share (adversarial.py)
     ema_decay: float = 0.0  # > 0: evaluate and keep a moving average of the parameters
     eval_every: int = 1  # evaluate every k epochs (and always after the last)
     keep_best: bool = True  # with eval data: return the epoch with the best eval accuracy
@@ -104,9 +105,8 @@ class TrainSettings:
     # gradient accumulation: split a batch so that rows * width**2 <= this per device;
     # None: CPU_MICRO_BATCH_CELLS on a CPU (cache-sized pieces), no split on a GPU/TPU; 0: off
     micro_batch_cells: int | None = None
-    # optimizer steps per jitted call (a lax.scan over K batches of one width): on a GPU a
-    # step of a small batch (8) is too short to pay for its launch, and K = 8 runs it 1.3 to
-    # 2.4x faster; at batch 128, and on a CPU, 1 (one step per call) is as fast
+    # optimizer steps per jitted call (a lax.scan over K batches of one width): on a GPU a step
+    # of batch 8 is too short to pay for its launch (K = 8: 1.3-2.4x faster); else 1 is as fast
     steps_per_call: int = 1
     seed: int = 0
 
@@ -124,8 +124,9 @@ class TrainSettings:
             )
         if not 0 <= self.ema_decay < 1:
             raise ValueError(f"ema_decay must be in [0, 1), not {self.ema_decay}")
-        if self.clip_norm < 0:
-            raise ValueError(f"clip_norm must be >= 0 (0: no clipping), not {self.clip_norm}")
+        for name in ("clip_norm", "adversarial"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0 (0: off), not {getattr(self, name)}")
         if self.learning_rate <= 0:
             raise ValueError(f"learning_rate must be positive, not {self.learning_rate}")
 
