@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -14,6 +15,8 @@ from m2l_nlp import model as models
 from m2l_nlp.config import BaselineConfig, TrainSettings
 
 BINARY = metrics.BINARY
+# the loop's gradient of a batch, with (apply, objective, micro, adversarial) static
+_GRADS = jax.jit(training._loss_sum_and_grads, static_argnums=(6, 7, 8, 9))
 
 
 def _batch(random_split, n=8, seed=1):
@@ -23,16 +26,20 @@ def _batch(random_split, n=8, seed=1):
     return jax.random.PRNGKey(4), ids, mask, labels.astype(np.float32), weights
 
 
+@functools.cache
+def _row_loss_fn(apply):
+    loss = adversarial.embedding_loss(apply, BINARY)
+
+    def rows(params, delta, key, ids, mask, labels):
+        one = lambda weights: loss(params, delta, key, ids, mask, labels, weights)[0]
+        return jax.vmap(one)(jnp.eye(len(ids)))
+
+    return jax.jit(rows)
+
+
 def _row_losses(tiny_model, params, delta, batch):
     """Each review's loss alone, with ``delta`` added to its embedding output."""
-    loss = adversarial.embedding_loss(tiny_model.model.apply, BINARY)
-    key, ids, mask, labels, _ = batch
-    rows = []
-    for b in range(len(ids)):
-        one = np.zeros(len(ids), np.float32)
-        one[b] = 1.0
-        rows.append(float(loss(params, delta, key, ids, mask, labels, one)[0]))
-    return np.array(rows)
+    return np.asarray(_row_loss_fn(tiny_model.model.apply)(params, delta, *batch[:4]))
 
 
 def test_each_reviews_step_has_its_share_of_norm_and_raises_its_loss(
@@ -40,11 +47,12 @@ def test_each_reviews_step_has_its_share_of_norm_and_raises_its_loss(
 ):
     batch = _batch(random_split)
     apply = tiny_model.model.apply
-    r = np.asarray(adversarial.perturbation(apply, BINARY, 0.05)(tiny_params, *batch))
+    r = np.asarray(jax.jit(adversarial.perturbation(apply, BINARY, 0.05))(tiny_params, *batch))
     mask, weights = batch[2], batch[4]
     assert np.all(r[mask == 0] == 0)  # nothing moves at padding
     zeros = np.zeros_like(r)
-    norms = np.asarray(adversarial.embedding_loss(apply, BINARY)(tiny_params, zeros, *batch)[1][1])
+    loss = jax.jit(adversarial.embedding_loss(apply, BINARY))
+    norms = np.asarray(loss(tiny_params, zeros, *batch)[1][1])
     live = weights > 0
     np.testing.assert_allclose(np.linalg.norm(r, axis=(1, 2))[live], 0.05 * norms[live], rtol=1e-5)
     assert np.all(r[~live] == 0)  # a row that does not count has no gradient, so no step
@@ -64,10 +72,10 @@ def test_a_tiny_step_doubles_the_clean_gradient_and_a_real_one_does_not(
 ):
     batch = _batch(random_split)
     apply = tiny_model.model.apply
-    total, _, plain = training._loss_sum_and_grads(tiny_params, *batch, apply, BINARY, 1)
+    total, _, plain = _GRADS(tiny_params, *batch, apply, BINARY, 1, 0.0)
 
     def grads(alpha):
-        (loss, _), g = adversarial.value_and_grad(apply, BINARY, alpha)(tiny_params, *batch)
+        loss, _, g = _GRADS(tiny_params, *batch, apply, BINARY, 1, alpha)
         assert float(loss) == pytest.approx(float(total))  # the clean pass's sums
         return g
 
@@ -85,12 +93,13 @@ def test_micro_batches_give_the_adversarial_gradient_of_the_whole_batch(
     their own keys)."""
     batch = _batch(random_split)
     apply = models.classifier(dataclasses.replace(tiny_config, p_dropout=0.0)).model.apply
-    whole = training._loss_sum_and_grads(tiny_params, *batch, apply, BINARY, 1, 0.05)
-    pieces = training._loss_sum_and_grads(tiny_params, *batch, apply, BINARY, 4, 0.05)
+    grads = _GRADS
+    whole = grads(tiny_params, *batch, apply, BINARY, 1, 0.05)
+    pieces = grads(tiny_params, *batch, apply, BINARY, 4, 0.05)
     leaves = jax.tree_util.tree_leaves
     for a, b in zip(leaves(whole), leaves(pieces), strict=True):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
-    plain = training._loss_sum_and_grads(tiny_params, *batch, apply, BINARY, 4)
+    plain = grads(tiny_params, *batch, apply, BINARY, 4, 0.0)
     assert np.abs(leaves(pieces)[-1] - leaves(plain)[-1]).max() > 1e-3  # the step is taken
 
 
