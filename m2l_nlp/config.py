@@ -244,7 +244,8 @@ class Preset:
 
     def check(self) -> None:
         """Raise ``ValueError`` (or ``TypeError``) if the model or training settings are wrong."""
-        self.settings()
+        if self.settings().adversarial and self.architecture != TRANSFORMER:
+            raise ValueError("train.adversarial moves the transformer's embeddings: set it to 0")
         self.model_config()
 
     def val_size_for(self, n_train: int) -> int:

@@ -12,7 +12,8 @@ import pytest
 
 from m2l_nlp import adversarial, metrics, training
 from m2l_nlp import model as models
-from m2l_nlp.config import BaselineConfig, TrainSettings
+from m2l_nlp.config import PRESETS, BaselineConfig, TrainSettings
+from m2l_nlp.overrides import override
 
 BINARY = metrics.BINARY
 # the loop's gradient of a batch, with (apply, objective, micro, adversarial) static
@@ -115,6 +116,9 @@ def test_training_with_it_learns_and_only_the_transformer_takes_it(
     assert history["loss"][-1] < history["loss"][0] and history["train_acc"][-1] > 0.9
     with pytest.raises(ValueError, match="adversarial"):
         TrainSettings(adversarial=-0.1)
+    with pytest.raises(ValueError, match="train.adversarial"):  # refused before any data
+        override(PRESETS["bow-mlp"], ["train.adversarial=0.03"]).check()
+    override(PRESETS["default"], ["train.adversarial=0.03"]).check()
     bag = models.baseline(BaselineConfig(model="bow-mlp"), 50)
     ids = jnp.asarray(random_split(4)[0])
     params = bag.init_params(jax.random.PRNGKey(0), ids, ids > 0, True)
