@@ -201,9 +201,8 @@ class Preset:
     # True (merge mode): the model reads each pair token as its own residual row plus its
     # first token's row (m2l_nlp.model.pair_tie); checkpoints store the sum
     bigram_backoff: bool = False
-    # True: a run that reports test accuracy trains on the whole training split, validation
-    # reviews included, for the preset's epochs (chosen beforehand by --no-test runs, which
-    # still hold out val_size) and keeps the last epoch. --val-size overrides either way.
+    # True: a test run trains on every training review for the preset's epochs (chosen by
+    # --no-test runs, which hold out val_size) and keeps the last. --val-size overrides it.
     final_fit: bool = False
 
     def __post_init__(self) -> None:
