@@ -60,9 +60,10 @@ def _loss_sum_and_grads(
         hits = (objective.row_accuracy(logits, labels) * weights).sum()
         return (objective.row_loss(logits, labels) * weights).sum(), hits
 
-    grad_fn = jax.value_and_grad(loss_sum, has_aux=True)
     if adversarial > 0:
         grad_fn = adversarial_grads(apply, objective, adversarial)
+    else:
+        grad_fn = jax.value_and_grad(loss_sum, has_aux=True)
     if micro == 1:
         (total, hits), grads = grad_fn(params, key, ids, mask, labels, weights)
         return total, hits, grads
