@@ -16,11 +16,12 @@ modules are untouched: a haiku method interceptor adds ``r`` to the embedding's 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import haiku as hk
 import jax
 import jax.numpy as jnp
+
+from m2l_nlp.metrics import Objective
 
 EMBEDDING = "MaskedEmbedding"  # practical 2's module whose output is perturbed
 
@@ -37,7 +38,7 @@ def _embedding_width(params: hk.Params) -> int:
     return widths.pop()
 
 
-def embedding_loss(apply: Callable, objective: Any) -> Callable:
+def embedding_loss(apply: Callable, objective: Objective) -> Callable:
     """``loss(params, delta, key, ids, mask, labels, weights) -> (loss_sum, (hits, norms))``:
     the weighted row-loss sum of ``apply`` in training mode with ``delta`` (``(B, W, D)``,
     zero at padding) added to the embedding's output; ``norms`` (``(B,)``) are the norms of
@@ -62,8 +63,7 @@ def embedding_loss(apply: Callable, objective: Any) -> Callable:
                 f"this model called {len(seen)} times: set train.adversarial=0 for it"
             )
         norms = jnp.sqrt(jnp.sum(jnp.square(seen[0]), axis=(-2, -1)))
-        hits = (objective.row_accuracy(logits, labels) * weights).sum()
-        total = (objective.row_loss(logits, labels) * weights).sum()
+        total, hits = objective.weighted_sums(logits, labels, weights)
         return total, (hits, jax.lax.stop_gradient(norms))
 
     return loss
@@ -79,7 +79,7 @@ def _step(g: jax.Array, norms: jax.Array, alpha: float) -> jax.Array:
     return jax.lax.stop_gradient(g * (alpha * norms / jnp.maximum(size, 1e-12))[:, None, None])
 
 
-def perturbation(apply: Callable, objective: Any, alpha: float) -> Callable:
+def perturbation(apply: Callable, objective: Objective, alpha: float) -> Callable:
     """``r(params, key, ids, mask, labels, weights) -> (B, W, D)``: each review's step of
     norm ``alpha * |e_b|`` along the gradient of its loss with respect to its embedding."""
     loss = embedding_loss(apply, objective)
@@ -91,7 +91,7 @@ def perturbation(apply: Callable, objective: Any, alpha: float) -> Callable:
     return r
 
 
-def value_and_grad(apply: Callable, objective: Any, alpha: float) -> Callable:
+def value_and_grad(apply: Callable, objective: Objective, alpha: float) -> Callable:
     """``f(params, key, ids, mask, labels, weights) -> ((loss_sum, hits), grads)``, as
     ``jax.value_and_grad`` of the weighted row-loss sum with ``has_aux`` gives it, with the
     gradient of the loss at the moved embeddings added (the sums are the clean pass's)."""

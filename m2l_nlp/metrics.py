@@ -46,6 +46,14 @@ class Objective(NamedTuple):
     row_accuracy: Callable[[jax.Array, jax.Array], jax.Array]
     binary: bool
 
+    def weighted_sums(
+        self, logits: jax.Array, labels: jax.Array, weights: jax.Array
+    ) -> tuple[jax.Array, jax.Array]:
+        """``(loss_sum, hits)``: the row losses and row accuracies summed with ``weights``
+        ``(B,)`` (0 for a padding row), what a training step adds up over its batch."""
+        loss_sum = (self.row_loss(logits, labels) * weights).sum()
+        return loss_sum, (self.row_accuracy(logits, labels) * weights).sum()
+
 
 BINARY = Objective(binary_row_loss, binary_row_accuracy, binary=True)
 TOKENS = Objective(token_row_loss, token_row_accuracy, binary=False)

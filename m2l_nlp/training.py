@@ -56,9 +56,7 @@ def _loss_sum_and_grads(
     """
 
     def loss_sum(params, key, ids, mask, labels, weights):
-        logits = apply(params, key, ids, mask, True)
-        hits = (objective.row_accuracy(logits, labels) * weights).sum()
-        return (objective.row_loss(logits, labels) * weights).sum(), hits
+        return objective.weighted_sums(apply(params, key, ids, mask, True), labels, weights)
 
     if adversarial > 0:
         grad_fn = adversarial_grads(apply, objective, adversarial)
