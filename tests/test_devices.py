@@ -24,6 +24,12 @@ def test_configure_environment_keeps_a_user_choice(monkeypatch):
     assert os.environ["XLA_PYTHON_CLIENT_PREALLOCATE"] == "true"
 
 
+def test_pytest_processes_say_how_to_take_gpu_memory_before_jax_starts():
+    """tests/conftest.py sets ``false`` (memory on demand, so that pytest processes can share
+    a GPU) unless the user started pytest with a value of their own."""
+    assert "XLA_PYTHON_CLIENT_PREALLOCATE" in os.environ
+
+
 def test_configure_environment_sets_the_compilation_cache_unless_the_user_did(
     monkeypatch, tmp_path
 ):
