@@ -55,12 +55,13 @@ def _loss_sum_and_grads(
     several devices every micro-batch is too.
     """
 
-    def loss_sum(params, key, ids, mask, labels, weights):
-        return objective.weighted_sums(apply(params, key, ids, mask, True), labels, weights)
-
     if adversarial > 0:
         grad_fn = adversarial_grads(apply, objective, adversarial)
     else:
+
+        def loss_sum(params, key, ids, mask, labels, weights):
+            return objective.weighted_sums(apply(params, key, ids, mask, True), labels, weights)
+
         grad_fn = jax.value_and_grad(loss_sum, has_aux=True)
     if micro == 1:
         (total, hits), grads = grad_fn(params, key, ids, mask, labels, weights)
