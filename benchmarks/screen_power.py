@@ -27,7 +27,11 @@ from pathlib import Path
 import numpy as np
 
 COLUMN = "vs the adopted recipe"
-NORMAL_95, NORMAL_80 = 1.6449, 0.8416  # one-sided 5 % level, 80 % power
+Z_LEVEL, Z_POWER = 1.6449, 0.8416  # normal quantiles: one-sided 5 % level, 80 % power
+
+
+def _cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split("|")]
 
 
 def recorded_differences(text: str) -> list[tuple[str, list[float]]]:
@@ -36,14 +40,15 @@ def recorded_differences(text: str) -> list[tuple[str, list[float]]]:
     lines = text.splitlines()
     found = []
     for i, header in enumerate(lines):
-        cells = [c.strip() for c in header.strip().strip("|").split("|")]
-        if not header.startswith("|") or not any(c.startswith(COLUMN) for c in cells):
+        if not header.startswith("|"):
             continue
-        column = next(k for k, c in enumerate(cells) if c.startswith(COLUMN))
+        column = next((k for k, c in enumerate(_cells(header)) if c.startswith(COLUMN)), None)
+        if column is None:
+            continue
         for row in lines[i + 2 :]:
             if not row.startswith("|"):
                 break
-            values = [c.strip() for c in row.strip().strip("|").split("|")]
+            values = _cells(row)
             signed = re.findall(r"[-+]\d+\.\d+", values[column].split("(")[0])
             if len(signed) >= 2:
                 found.append((values[0], [float(v) for v in signed]))
@@ -113,7 +118,7 @@ def main() -> None:
         print(f"  true gain {gain:+.1f} points: passes {100 * passed:4.1f} % of screens")
     print("seeds a paired comparison needs (one-sided 5 %, power 80 %):")
     for gain in (0.1, 0.2, 0.3):
-        seeds = math.ceil(((NORMAL_95 + NORMAL_80) * noise / gain) ** 2)
+        seeds = math.ceil(((Z_LEVEL + Z_POWER) * noise / gain) ** 2)
         print(f"  to find a gain of {gain:+.1f} points: {seeds} seeds")
 
     if len(args.test) >= 2:
