@@ -92,7 +92,14 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=100_000)
     args = parser.parse_args()
 
-    rows = recorded_differences(args.results.read_text(encoding="utf-8"))
+    try:
+        text = args.results.read_text(encoding="utf-8")
+    except OSError as err:
+        raise SystemExit(
+            f"error: cannot read {args.results} ({err.strerror}): run from the "
+            "repository root or pass --results docs/results.md"
+        ) from None
+    rows = recorded_differences(text)
     if len(rows) < 2:
         raise SystemExit(
             f"error: fewer than two screens with a '{COLUMN}' column in {args.results}"
