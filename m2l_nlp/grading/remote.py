@@ -9,6 +9,7 @@ and only plain data comes back.
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import pwd
@@ -30,29 +31,106 @@ from m2l_nlp.grading.runner import StudentError
 from m2l_nlp.grading.tools import BuildSpec, Elsewhere, ElsewhereFunction
 
 USER_ENV = "M2L_GRADER_USER"  # who runs student code when the grader is root
-DEFAULT_USER = "nobody"
+DEFAULT_USERS = ("m2l-student", "nobody")  # setup.sh creates the first where it can
+REQUEST_LIMIT_S = 600.0  # a request sent without a deadline of its own (the reference's)
 
 
-class WorkerStopped(Exception):
+class WorkerGone(BaseException):
+    """The worker was killed or ended. A BaseException: a check's ``except Exception`` must
+    not swallow it, or the next request would meet a closed pipe."""
+
+
+class WorkerStopped(WorkerGone):
     """The student's code did not answer before the deadline; its process was killed."""
+
+
+class WorkerLost(WorkerGone):
+    """The process running the student's code ended (``sys.exit``, a crash, killed...)."""
 
 
 class WorkerUnavailable(Exception):
     """The worker process cannot be started (e.g. the unprivileged user cannot run Python)."""
 
 
-class WorkerLost(Exception):
-    """The process running the student's code ended (``sys.exit``, a crash, killed...)."""
-
-
 def unprivileged_user() -> tuple[int, int] | None:
-    """``(uid, gid)`` to run student code as, or None when the grader is not root."""
+    """``(uid, gid)`` to run student code as, or None when the grader is not root.
+    Raises :class:`WorkerUnavailable` when no such user exists."""
     if os.geteuid() != 0:
         return None
-    entry = pwd.getpwnam(os.environ.get(USER_ENV) or DEFAULT_USER)
-    if entry.pw_uid == 0:  # M2L_GRADER_USER=root: no separate user (local trials only)
-        return None
-    return entry.pw_uid, entry.pw_gid
+    names = [os.environ[USER_ENV]] if os.environ.get(USER_ENV) else list(DEFAULT_USERS)
+    for name in names:
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        if entry.pw_uid == 0:  # M2L_GRADER_USER=root: no separate user (local trials only)
+            return None
+        return entry.pw_uid, entry.pw_gid
+    raise WorkerUnavailable(
+        f"there is no user {' or '.join(names)} to run student code as: create one "
+        f"(useradd --system m2l-student; the autograder's setup.sh does) or set {USER_ENV}"
+    )
+
+
+def become_subreaper() -> bool:
+    """Make this process adopt every orphan among its descendants (Linux), so that
+    :func:`kill_descendants` finds processes that double-forked away from a worker."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def _children() -> dict[int, list[int]]:
+    """``{parent pid: [child pids]}`` of every process on the machine, from /proc."""
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        # "pid (name) state ppid ...": the name may hold spaces and parentheses
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        tree.setdefault(int(fields[1]), []).append(int(entry))
+    return tree
+
+
+def descendants(keep: set[int] = frozenset()) -> set[int]:
+    """The pids below this process, leaving out ``keep`` and everything below them."""
+    tree, found, todo = _children(), set(), [os.getpid()]
+    while todo:
+        for child in tree.get(todo.pop(), []):
+            if child not in keep and child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def kill_descendants(keep: set[int] = frozenset(), rounds: int = 200) -> int:
+    """Kill every process below this one but ``keep`` (and theirs), again until none is
+    left: a process that forks while being killed leaves a child for the next round.
+    Returns how many were killed. Nothing outside this process's tree is touched."""
+    killed = 0
+    for _ in range(rounds):
+        pids = descendants(keep)
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed += 1
+            except ProcessLookupError:
+                pass
+        for pid in pids:  # reap our own children (adopted orphans included)
+            try:
+                os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                pass
+    return killed
 
 
 _READABLE = (
@@ -115,9 +193,13 @@ class Worker:
         finally:
             os.close(to_worker_r)
             os.close(from_worker_w)
+        os.set_blocking(self._to_worker, False)  # a write waits in select(), to the deadline
+        os.set_blocking(self._from_worker, False)
         self.deadline: float | None = None
         self.limit = 0.0
         self.busy = 0.0  # seconds spent waiting for replies
+        self.gone: WorkerGone | None = None  # set once the worker is killed or ended
+        self.pauses: Worker | None = None  # a worker whose deadline waits while this one works
 
     @staticmethod
     def _spawn(extra, to_worker_r, from_worker_w, log, cwd, environ) -> subprocess.Popen:
@@ -145,47 +227,106 @@ class Worker:
                 f"{who} may not run {sys.executable} ({err.strerror}): {_READABLE}"
             ) from None
 
-    def _wait(self) -> None:
-        timeout = None if self.deadline is None else max(0.0, self.deadline - time.monotonic())
-        ready, _, _ = select.select([self._from_worker], [], [], timeout)
-        if not ready:
-            self.kill()
-            raise WorkerStopped(f"stopped after {self.limit:g} s")
+    def _timeout(self) -> float:
+        """Seconds left before the deadline; past it, the worker is killed."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            self._end(WorkerStopped(f"stopped after {self.limit:g} s"))
+        return left
+
+    def _end(self, gone: WorkerGone) -> None:
+        """Kill the worker and raise ``gone`` (again for every later request)."""
+        self.kill()
+        self.gone = gone
+        raise gone
+
+    def _write(self, payload: bytes) -> None:
+        view = memoryview(wire.frame(payload))
+        while view:
+            _, writable, _ = select.select([], [self._to_worker], [], self._timeout())
+            if not writable:
+                continue  # the deadline is checked again above
+            try:
+                view = view[os.write(self._to_worker, view) :]
+            except BlockingIOError:
+                continue
+            except (BrokenPipeError, OSError):
+                self._lost()
+
+    def _read(self, n: int) -> bytes:
+        chunks, left = [], n
+        while left:
+            ready, _, _ = select.select([self._from_worker], [], [], self._timeout())
+            if not ready:
+                continue
+            try:
+                chunk = os.read(self._from_worker, min(left, 1 << 20))
+            except BlockingIOError:
+                continue
+            if not chunk:
+                self._lost()
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def _lost(self) -> None:
+        """The worker closed its pipe: it ended, or will be ended now."""
+        try:
+            code = self.process.wait(timeout=1.0)
+            self._end(WorkerLost(f"exit status {code}"))
+        except subprocess.TimeoutExpired:
+            self._end(WorkerLost("it closed its pipe to the grader"))
 
     def request(self, message: dict[str, Any]) -> Any:
-        """Send ``message``; return the reply's value, or raise what it describes."""
+        """Send ``message``; return the reply's value, or raise what it describes. Writing,
+        waiting, reading and decoding all count against the deadline (``REQUEST_LIMIT_S``
+        when none is set); a reply over ``wire.MAX_BYTES`` ends the worker."""
+        if self.gone is not None:
+            raise self.gone
+        if self.deadline is None:
+            self.limit, self.deadline = REQUEST_LIMIT_S, time.monotonic() + REQUEST_LIMIT_S
+            unset = True
+        else:
+            unset = False
         start = time.monotonic()
         try:
-            wire.send(self._to_worker, message)
-            reply = wire.receive(self._from_worker, self._wait)
-        except (EOFError, BrokenPipeError):
-            code = self.process.wait()
-            raise WorkerLost(f"exit status {code}") from None
+            self._write(wire.encode(message))
+            (size,) = wire.HEADER.unpack(self._read(wire.HEADER.size))
+            if size > wire.MAX_BYTES:
+                self._end(WorkerLost(f"it sent a reply of {size} bytes, over the limit"))
+            reply = wire.decode(self._read(size))
+            self._timeout()
         except wire.WireError as err:
-            self.kill()
-            raise WorkerLost(f"it sent a malformed reply ({err})") from None
+            self._end(WorkerLost(f"it sent a malformed reply ({err})"))
         finally:
-            self.busy += time.monotonic() - start
+            took = time.monotonic() - start
+            self.busy += took
+            if unset:
+                self.deadline = None
+            if self.pauses is not None and self.pauses.deadline is not None:
+                self.pauses.deadline += took
         if not isinstance(reply, dict) or not ({"ok", "error"} & set(reply)):
-            self.kill()
-            raise WorkerLost("it sent a malformed reply")
+            self._end(WorkerLost("it sent a malformed reply"))
         if "error" in reply:
             raise _exception(reply["error"])
         return reply["ok"]
 
     def kill(self) -> None:
-        """Kill the process and everything it started in its session."""
+        """Kill the process and everything it started in its session (what left the
+        session is :func:`kill_descendants`' work)."""
         if self.process.poll() is None:
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            for kill in (lambda: os.killpg(self.process.pid, signal.SIGKILL), self.process.kill):
+                try:
+                    kill()
+                except (ProcessLookupError, PermissionError):
+                    pass
         self.process.wait()
         for fd in (self._to_worker, self._from_worker):
             try:
                 os.close(fd)
             except OSError:
                 pass
+        self.gone = self.gone or WorkerLost("it was stopped")
 
 
 def _exception(error: Any) -> BaseException:

@@ -23,7 +23,7 @@ import numpy as np
 
 from m2l_nlp import devices
 from m2l_nlp.grading.registry import Check, CheckFailure, Exercise
-from m2l_nlp.grading.tools import rng_for
+from m2l_nlp.grading.tools import key_for, rng_for
 from m2l_nlp.impl import load_practical, repo_root
 
 _REFERENCES: dict[str, ModuleType] = {}
@@ -77,11 +77,12 @@ class Context:
     check: Check
 
     def rng(self, salt: str = "") -> np.random.Generator:
-        """A generator that gives the same inputs on every run of this check."""
+        """A generator that gives the same inputs on every run of this check (with the same
+        grading seed, :func:`~m2l_nlp.grading.tools.seeded`)."""
         return rng_for(self.exercise.name, self.check.name, salt)
 
     def key(self, seed: int = 0) -> jax.Array:
-        return jax.random.PRNGKey(seed)
+        return key_for(seed)
 
 
 def reference(practical: str) -> Any:

@@ -1,43 +1,52 @@
 """Grading for credit: the student's code runs in its own process; every verdict is made here.
 
-    python -m m2l_nlp.grading.trusted SUBMISSION_FOLDER RESULTS_JSON [MORE PAIRS]
+    python -m m2l_nlp.grading.trusted [--seed N] SUBMISSION_FOLDER RESULTS_JSON [MORE PAIRS]
 
-1. The reference (``solutions/``) runs in a process of its own and passes every check; its
-   answers are recorded (:mod:`~m2l_nlp.grading.expected`) and its time per exercise sets
-   that exercise's limit (``LIMIT_FACTOR`` times, at least ``MIN_LIMIT_S`` seconds).
-2. The submission's practicals (``.py`` files or notebooks, :mod:`.submission`) are copied
-   into a folder of their own, and each runs in a worker process (:mod:`.worker`), as an
-   unprivileged user when this process is root. The checks run here; the worker only
-   computes the student's outputs for the inputs it is sent, as plain data. It cannot
-   import the reference, reach this process's state, or write the results.
-3. An exercise that runs past its limit is stopped (its worker killed) and the next one
-   gets a fresh worker. Once every student process is gone, this process writes
-   ``results.json`` and prints the same scores.
+1. The reference (``solutions/``) runs in a process of its own and passes every check once;
+   its time per exercise sets that exercise's limit (``LIMIT_FACTOR`` times, at least
+   ``MIN_LIMIT_S`` seconds).
+2. Each submission gets a fresh grading seed: every input of every check is drawn from it
+   (:func:`~m2l_nlp.grading.tools.seeded`), so answers recorded from the handout or from an
+   earlier grading match nothing. The student's process never sees it; the instructor finds
+   it in the log and in ``results.json``'s ``extra_data``, and ``--seed`` grades again with it.
+3. The submission is read as data (:mod:`.submission`: no links, no special files, sizes
+   capped), its practicals copied into a folder of their own, and each runs in a worker
+   process (:mod:`.worker`), as an unprivileged user when this process is root, with its
+   resources bounded. The checks run here and ask the reference's process for its answers;
+   the worker only computes the student's outputs for the inputs it is sent, as plain data.
+4. Every request to a worker has a deadline; an exercise that runs past its limit is stopped
+   (its worker killed) and the next one gets a fresh worker. Whatever a submission does, its
+   processes (and only those: this process adopts orphans, :func:`remote.become_subreaper`)
+   are killed after it, and its ``results.json`` is written, its own in a batch.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import shutil
-import signal
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from m2l_nlp.fileio import write_json_atomic
-from m2l_nlp.grading.expected import Replay, record
+from m2l_nlp.grading.expected import record
 from m2l_nlp.grading.registry import CheckFailure, Exercise, load_exercises
 from m2l_nlp.grading.remote import (
     RemoteNamespace,
     Worker,
+    WorkerGone,
     WorkerLost,
     WorkerStopped,
     WorkerUnavailable,
+    become_subreaper,
     check_workers_start,
+    kill_descendants,
     unprivileged_user,
 )
 from m2l_nlp.grading.report import results_json, score_table
@@ -49,7 +58,9 @@ from m2l_nlp.grading.runner import (
     run_check,
     stub_lines_from,
 )
-from m2l_nlp.grading.submission import SubmissionError, find_practicals
+from m2l_nlp.grading.submission import Found, SubmissionError, find_practicals
+from m2l_nlp.grading.tools import seeded
+from m2l_nlp.grading.worker import LIMITS_ENV
 from m2l_nlp.impl import repo_root
 
 LIMIT_FACTOR = 5.0
@@ -90,7 +101,7 @@ def _reference_programs(scratch: Path) -> dict[str, str]:
     """The environment that keeps the reference worker's compiled programs on disk, in a
     folder of ``scratch`` that only the grader's user may open (``mkdtemp``: mode 0700).
 
-    While recording, every check runs the reference twice, once as the graded code and once
+    While timing, every check runs the reference twice, once as the graded code and once
     as the reference, and each side compiles programs of its own, most of them the same
     programs: the second is then read back, not compiled (practical 2's pass in 0.65x
     the time, ``benchmarks/README.md``). Student workers get no cache: their user cannot open
@@ -105,22 +116,22 @@ def _reference_programs(scratch: Path) -> dict[str, str]:
 
 def reference_pass(
     practical: str, root: Path, scratch: Path
-) -> tuple[Replay, dict[str, float], Worker]:
-    """Run the reference through every check of ``practical`` in its own process: the
-    recorded answers (with that process to answer the rest), the limit per exercise."""
+) -> tuple[RemoteNamespace, dict[str, float]]:
+    """Run the reference through every check of ``practical`` in its own process: that
+    process (to answer the checks' questions about each submission), the limit per exercise."""
     source = root / "solutions" / f"{practical}.py"
     if not source.is_file():
         raise GraderBroken(f"{source} is missing: the autograder needs solutions/")
     worker = _start(source.parent, practical, None, scratch, _reference_programs(scratch))
     remote = RemoteNamespace(worker)
-    stubs = stub_lines_from(str(source))
+    remote.stub_lines = stub_lines_from(str(source))
     try:
-        recorder = record(practical, remote, stubs)
-    except (RuntimeError, WorkerLost, WorkerStopped) as err:
+        recorder = record(practical, remote, remote.stub_lines)
+    except (RuntimeError, WorkerGone) as err:
         worker.kill()
         raise GraderBroken(str(err)) from None
     limits = {name: max(MIN_LIMIT_S, LIMIT_FACTOR * t) for name, t in recorder.seconds.items()}
-    return Replay(recorder.records, stubs, fallback=remote), limits, worker
+    return remote, limits
 
 
 def _own_words(message: object, folder: Path) -> str:
@@ -135,32 +146,43 @@ def _all_results(exercises: list[Exercise], status: str, message: str) -> list[E
     ]
 
 
+def _stopped_message(limit: float) -> str:
+    return (
+        f"stopped after {limit:.0f} s ({LIMIT_FACTOR:g} times the reference's time on this "
+        "machine): look for an endless loop, or a Python loop over every array element"
+    )
+
+
 def grade_practical(
     practical: str,
-    source: str | None,
+    found: Found,
     folder: Path,
     user: tuple[int, int] | None,
-    reference: Replay,
+    reference: RemoteNamespace,
     limits: dict[str, float],
 ) -> list[ExerciseResult]:
-    """Grade one practical of the submission (its file already in ``folder``)."""
+    """Grade one practical of the submission (its file already in ``folder``). The time the
+    reference's process takes to answer does not count against the student's limit."""
     exercises = [ex for ex in load_exercises().values() if ex.practical == practical]
-    if source is None:
-        return _all_results(
-            exercises,
-            "not started",
-            f"not started: the submission has no {practical}.py (nor a notebook of it)",
+    if found.text is None:
+        message = found.problem or (
+            f"not started: the submission has no {practical}.py (nor a notebook of it)"
         )
+        return _all_results(exercises, "error" if found.problem else "not started", message)
     path = folder / f"{practical}.py"
     home = Path(tempfile.mkdtemp(prefix="home-", dir=folder.parent))
     if user is not None:
         os.chown(home, *user)
+    limited = {LIMITS_ENV: "1"}
     try:
-        worker: Worker | None = _start(folder, practical, user, home)
+        worker: Worker | None = _start(folder, practical, user, home, limited)
     except CheckFailure as err:  # the file does not import: said once, for every exercise
         return _all_results(exercises, "error", _own_words(err, folder))
     except WorkerStopped:
         message = f"importing {practical}.py took more than {LOAD_LIMIT_S:g} s"
+        return _all_results(exercises, "error", message)
+    except WorkerLost as lost:
+        message = f"the process importing {practical}.py ended ({lost}): does it exit or crash?"
         return _all_results(exercises, "error", message)
     results = []
     for ex in exercises:
@@ -175,35 +197,30 @@ def grade_practical(
             err: BaseException | None = None
             try:
                 if worker is None:
-                    worker = _start(folder, practical, user, home)
+                    worker = _start(folder, practical, user, home, limited)
                 worker.limit, worker.deadline = limit, deadline
+                reference.worker.pauses = worker
                 run_check(ex, chk, RemoteNamespace(worker), reference, [])
             except WorkerStopped:
                 worker = None
-                status, message = (
-                    "failed",
-                    (
-                        f"stopped after {limit:.0f} s ({LIMIT_FACTOR:g} times the reference's time "
-                        "on this machine): look for an endless loop, or a Python loop over every "
-                        "array element"
-                    ),
-                )
+                checks.append(CheckResult(ex.name, chk.name, "failed", _stopped_message(limit)))
                 stopped = "not run: an earlier check of this exercise was stopped"
-                checks.append(CheckResult(ex.name, chk.name, status, message))
                 continue
             except WorkerLost as lost:
                 worker = None
-                status, message = (
-                    "failed",
-                    (
-                        f"the process running your code ended ({lost}): does it call sys.exit() "
-                        "or os._exit(), or crash?"
-                    ),
+                message = (
+                    f"the process running your code ended ({lost}): does it call sys.exit() "
+                    "or os._exit(), or crash?"
                 )
-                checks.append(CheckResult(ex.name, chk.name, status, message))
+                checks.append(CheckResult(ex.name, chk.name, "failed", message))
                 continue
+            except CheckFailure as caught:  # before Exception: may come from the import
+                err = caught
             except Exception as caught:  # noqa: BLE001 - classified by outcome()
                 err = caught
+            finally:
+                reference.worker.pauses = None
+            deadline = worker.deadline if worker is not None else deadline  # pauses moved it
             status, message = outcome(err, {str(path)})
             checks.append(CheckResult(ex.name, chk.name, status, _own_words(message, folder)))
         results.append(ExerciseResult(ex, checks))
@@ -212,81 +229,128 @@ def grade_practical(
     return results
 
 
-def kill_user_processes(uid: int) -> None:
-    """Kill every process of ``uid`` (student code that escaped its session)."""
-    if uid in (0, os.getuid()):
-        raise ValueError("refusing to kill the grader's own user's processes")
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
+def _grade_submission(
+    submission: Path,
+    folder: Path,
+    practicals: list[str],
+    user: tuple[int, int] | None,
+    references: dict[str, tuple[RemoteNamespace, dict[str, float]]],
+    log: Callable[[str], None],
+) -> tuple[list[ExerciseResult], list[str]]:
+    """The results of one submission (in the current grading seed) and what to say first."""
+    exercises = load_exercises()
+    try:
+        found = find_practicals(submission, practicals)
+    except SubmissionError as err:
+        message = f"error: {err}"
+        return _all_results(list(exercises.values()), "error", message), [message]
+    notes = []
+    for practical, item in found.items():
+        if item.text is not None:
+            (folder / f"{practical}.py").write_text(item.text, encoding="utf-8")
+            os.chmod(folder / f"{practical}.py", 0o644)
+            notes.append(f"{practical}: graded {item.name}")
+        elif item.problem:
+            notes.append(f"{practical}: {item.problem}")
+        notes += [f"{practical}: {note}" for note in item.notes]
+    results: list[ExerciseResult] = []
+    for practical in practicals:
+        reference, limits = references[practical]
         try:
-            status = (entry / "status").read_text()
-        except OSError:
-            continue
-        for line in status.splitlines():
-            if line.startswith("Uid:") and int(line.split()[1]) == uid:
-                try:
-                    os.kill(int(entry.name), signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
+            results += grade_practical(practical, found[practical], folder, user, reference, limits)
+        except WorkerGone as gone:  # the reference's own process: nothing to blame the student
+            raise GraderBroken(f"the reference's process ended ({gone})") from None
+        except Exception as err:  # noqa: BLE001 - one practical's loss, never the other's
+            log("".join(traceback.format_exception(err)))
+            kept = [ex for ex in exercises.values() if ex.practical == practical]
+            message = f"the autograder could not grade {practical} ({type(err).__name__})"
+            results += _all_results(kept, "error", message)
+    return results, notes
+
+
+def _failed(output: str, seed: int | None = None) -> dict[str, Any]:
+    data: dict[str, Any] = {"score": 0, "output": output[:MESSAGE_CHARS], "tests": []}
+    if seed is not None:
+        data["extra_data"] = {"seed": seed}
+    return data
 
 
 def grade(
     jobs: Sequence[tuple[Path, Path]],
     root: Path | None = None,
     log: Callable[[str], None] = print,
+    seed: int | None = None,
 ) -> list[dict[str, Any]]:
     """Grade each ``(submission folder, results.json path)`` of ``jobs`` (the reference is
-    checked once for all) and write each results file; returns their contents."""
+    checked once for all) and write each results file, whatever happens; returns their
+    contents. ``seed``: the grading seed of every submission (a fresh one each otherwise)."""
     root = root or repo_root()
     exercises = load_exercises()
     practicals = _practicals(exercises)
-    user = unprivileged_user()
+    become_subreaper()
     scratch = Path(tempfile.mkdtemp(prefix="m2l-grading-"))
     os.chmod(scratch, 0o755)
-    references: dict[str, tuple[Replay, dict[str, float], Worker]] = {}
+    references: dict[str, tuple[RemoteNamespace, dict[str, float]]] = {}
     written = []
     try:
-        if user is not None:  # said at once, not after the reference's checks
-            check_workers_start(scratch, user, LOAD_LIMIT_S)
-        for practical in practicals:
-            start = time.monotonic()
-            references[practical] = reference_pass(practical, root, scratch)
-            log(
-                f"{practical}: the reference passed every check in {time.monotonic() - start:.1f} s"
-            )
+        try:
+            user = unprivileged_user()
+            if user is not None:  # said at once, not after the reference's checks
+                check_workers_start(scratch, user, LOAD_LIMIT_S)
+            for practical in practicals:
+                start = time.monotonic()
+                references[practical] = reference_pass(practical, root, scratch)
+                took = time.monotonic() - start
+                log(f"{practical}: the reference passed every check in {took:.1f} s")
+        except (GraderBroken, WorkerUnavailable) as err:
+            log(f"error: {err}")
+            for _, results_path in jobs:
+                data = _failed(f"The autograder could not grade this submission: {err}")
+                write_json_atomic(results_path, data)
+                written.append(data)
+            return written
+        keep = {ref.worker.process.pid for ref, _ in references.values()}
         for number, (submission, results_path) in enumerate(jobs):
+            this_seed = seed if seed is not None else secrets.randbits(62) + 1
             folder = scratch / f"submission-{number}"
             folder.mkdir(mode=0o755)
-            sources = find_practicals(submission, practicals)
-            for practical, text in sources.items():
-                if text is not None:
-                    (folder / f"{practical}.py").write_text(text, encoding="utf-8")
-                    os.chmod(folder / f"{practical}.py", 0o644)
-            results: list[ExerciseResult] = []
-            try:
-                for practical in practicals:
-                    reference, limits, _ = references[practical]
-                    results += grade_practical(
-                        practical, sources[practical], folder, user, reference, limits
-                    )
-            finally:
-                if user is not None:  # nothing the student started outlives the grading
-                    kill_user_processes(user[0])
-            blame_earlier(results)
-            failed_imports = (c.message for r in results for c in r.checks if c.status == "error")
-            errors = list(dict.fromkeys(failed_imports))
-            data = results_json(results, errors)
-            write_json_atomic(results_path, data)
-            written.append(data)
             if len(jobs) > 1:
                 log(f"== {submission}")
-            for text in errors:
+            log(f"grading seed {this_seed} (python -m m2l_nlp.grading.trusted --seed {this_seed})")
+            try:
+                with seeded(this_seed):
+                    results, notes = _grade_submission(
+                        submission, folder, practicals, user, references, log
+                    )
+                blame_earlier(results)
+                failed_imports = (
+                    c.message for r in results for c in r.checks if c.status == "error"
+                )
+                errors = list(dict.fromkeys(failed_imports))
+                data = results_json(results, [*notes, *errors])
+                data["extra_data"] = {"seed": this_seed}
+                data["stdout_visibility"] = "hidden"  # this log is the instructor's
+                table = score_table(results, len(exercises))
+            except Exception as err:  # noqa: BLE001 - this submission's loss only
+                log("".join(traceback.format_exception(err)))
+                data = _failed(
+                    f"The autograder could not grade this submission ({type(err).__name__}); "
+                    "your instructor has the details",
+                    this_seed,
+                )
+                notes, errors, table = [], [], ""
+            finally:
+                kill_descendants(keep)  # nothing the student started outlives the grading
+            write_json_atomic(results_path, data)
+            written.append(data)
+            for text in [*notes, *errors]:
                 log(text)
-            log(score_table(results, len(exercises)))
+            if table:
+                log(table)
     finally:
-        for _, _, worker in references.values():
-            worker.kill()
+        for ref, _ in references.values():
+            ref.worker.kill()
+        kill_descendants()
         shutil.rmtree(scratch, ignore_errors=True)
     return written
 
@@ -295,6 +359,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m m2l_nlp.grading.trusted",
         description="Grade a submission for credit (student code in its own process).",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        help="the grading seed (as logged for a submission, to grade it again the same way)",
     )
     parser.add_argument(
         "pairs",
@@ -311,14 +380,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not submission.is_dir():
             print(f"error: {submission} is not a folder", file=sys.stderr)
             return 2
-    try:
-        grade(jobs)
-    except (GraderBroken, SubmissionError, WorkerUnavailable) as err:
-        print(f"error: {err}", file=sys.stderr)
-        output = f"The autograder could not grade this submission: {err}"
-        for _, results_path in jobs:
-            write_json_atomic(results_path, {"score": 0, "output": output[:MESSAGE_CHARS]})
-        return 1
+    if args.seed is not None and args.seed <= 0:
+        parser.error("--seed: give a positive number (0 is the local checks' seed)")
+    grade(jobs, seed=args.seed)
     return 0
 
 

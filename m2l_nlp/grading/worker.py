@@ -13,11 +13,34 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import os
+import resource
 import sys
 import traceback
 from typing import Any
 
 from m2l_nlp.grading import wire
+
+LIMITS_ENV = "M2L_WORKER_LIMITS"  # set for student code: bound it before anything runs
+# What one worker and everything it starts may take: address space (JAX on the CPU runs in
+# well under 2 GiB), processes and threads of its user, bytes in one file, no core files.
+MEMORY_BYTES = 4 << 30
+PROCESSES = 512
+FILE_BYTES = 64 << 20
+
+
+def limit_resources() -> None:
+    """Lower this process's limits, hard ones included, so that student code cannot raise
+    them again (its children inherit them)."""
+    for what, value in (
+        (resource.RLIMIT_AS, MEMORY_BYTES),
+        (resource.RLIMIT_NPROC, PROCESSES),
+        (resource.RLIMIT_FSIZE, FILE_BYTES),
+        (resource.RLIMIT_CORE, 0),
+    ):
+        _, hard = resource.getrlimit(what)
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(what, (value, value))
 
 
 def describe(err: BaseException) -> dict[str, Any]:
@@ -101,6 +124,8 @@ class ImportFailed(Exception):
 
 def main(argv: list[str]) -> int:
     fd_in, fd_out = int(argv[0]), int(argv[1])
+    if os.environ.get(LIMITS_ENV):
+        limit_resources()
     import jax
 
     from m2l_nlp.devices import on_checking_device

@@ -79,7 +79,7 @@ def check_matches_reference(ctx):
             jitted(ctx.student.scaled_dot_product)(q, k, v, m), 2, "scaled_dot_product"
         )
         label = "without a mask" if m is None else "with a mask"
-        hint = _weights_hint(q, k, got[1]) if m is None else _MASKED_WEIGHTS_HINT
+        hint = _weights_hint(ctx, q, k, v, got[1]) if m is None else _MASKED_WEIGHTS_HINT
         expect_close(got[1], want[1], f"the attention weights ({label})", hint=hint)
         expect_close(got[0], want[0], f"the values ({label})")
 
@@ -90,22 +90,26 @@ _MASKED_WEIGHTS_HINT = (
 )
 
 
-def _weights_hint(q: np.ndarray, k: np.ndarray, weights) -> str:
-    """Name the likely slip when unmasked attention weights differ from the reference."""
+def _weights_hint(ctx, q: np.ndarray, k: np.ndarray, v: np.ndarray, weights) -> str:
+    """Name the likely slip when unmasked attention weights differ from the reference. The
+    slips are the reference's weights for rescaled queries: scores not divided (q times
+    sqrt(d_k)), or divided by d_k (q over sqrt(d_k))."""
     try:
         w = np.asarray(weights, np.float64)
     except (TypeError, ValueError):  # not numbers: expect_close says so
         return ""
-    scores = q.astype(np.float64) @ np.swapaxes(k, -1, -2).astype(np.float64)
-    d_k = q.shape[-1]
-    for scale, slip in ((1.0, "without dividing the scores"), (d_k, "dividing them by d_k")):
-        e = np.exp(scores / scale - (scores / scale).max(-1, keepdims=True))
-        if w.shape == e.shape and np.allclose(w, e / e.sum(-1, keepdims=True), atol=1e-5):
+    root = np.float32(np.sqrt(q.shape[-1]))
+    for scaled, slip in (
+        (q * root, "without dividing the scores"),
+        (q / root, "dividing them by d_k"),
+    ):
+        slipped = np.asarray(jitted(ctx.ref.scaled_dot_product)(scaled, k, v)[1], np.float64)
+        if w.shape == slipped.shape and np.allclose(w, slipped, atol=1e-5):
             return (
                 f"Yours are the softmax of Q K^T {slip}: divide them by sqrt(d_k), the "
                 "square root of the size of q's last axis."
             )
-    if w.shape == scores.shape and not np.allclose(w.sum(-1), 1.0, atol=1e-4):
+    if w.shape == (*q.shape[:-1], k.shape[-2]) and not np.allclose(w.sum(-1), 1.0, atol=1e-4):
         return "Your rows do not sum to 1: take the softmax over the last axis (the keys)."
     return (
         "Check that the scores are Q K^T divided by sqrt(d_k) (the size of q's last axis) "
