@@ -11,7 +11,6 @@ or shell lines), so nothing runs but definitions.
 from __future__ import annotations
 
 import ast
-import dataclasses
 import json
 from pathlib import Path
 
@@ -86,19 +85,7 @@ def module_from_notebook(path: Path) -> str:
     return "\n".join([*dict.fromkeys(future), *body]) + "\n"
 
 
-@dataclasses.dataclass(frozen=True)
-class Found:
-    text: str | None
-    name: str | None = None
-    problem: str = ""
-    notes: tuple[str, ...] = ()
-
-
-def find_practicals(folder: Path, practicals: list[str]) -> dict[str, Found]:
-    return {p: Found(t, p) for p, t in _find_practicals(folder, practicals).items()}
-
-
-def _find_practicals(folder: Path, practicals: list[str]) -> dict[str, str | None]:
+def find_practicals(folder: Path, practicals: list[str]) -> dict[str, str | None]:
     """``{practical: module source}`` from a submission folder; None where it has none."""
     found: dict[str, str | None] = {}
     notebooks = sorted(folder.rglob("*.ipynb"))
