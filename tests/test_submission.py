@@ -99,6 +99,11 @@ def test_characters_that_split_lines_for_str_but_not_for_python_keep_calls_out()
     compile(source, "p.py", "exec")
 
 
+def test_a_notebook_as_bytes_is_read_as_utf8_with_bad_bytes_replaced():
+    data = b'{"cells": [{"cell_type": "code", "source": "S = \'caf\xc3\xa9 \xff\'"}]}'
+    assert module_from_notebook(data) == "S = 'caf\u00e9 \ufffd'\n\n"
+
+
 @pytest.mark.parametrize(
     ("text", "why"),
     [
@@ -174,7 +179,8 @@ def test_of_several_copies_the_first_by_name_is_graded_and_the_choice_said(tmp_p
     _p1_graded(found)
     assert found["p2"].text == "B = 1\n\n" and found["p2"].name == "Copy of p2 (1).ipynb"
     assert found["p2"].notes == (
-        "graded Copy of p2 (1).ipynb, the first by name of the 2 notebooks that match p2",
+        "graded Copy of p2 (1).ipynb, the first by name of the 2 notebooks at the top "
+        "that match p2",
         "also found Copy of p2.ipynb (not graded)",
     )
 
@@ -279,7 +285,7 @@ def test_a_file_over_the_size_cap_is_refused_unread(tmp_path, opened):
         sparse.truncate(submission.MAX_FILE_BYTES + 1)
     found = find_practicals(folder, ["p1", "p2"])
     _p1_graded(found)
-    _refused(found["p2"], "p2.py is 20.0 MiB, over the 20 MiB limit for one file")
+    _refused(found["p2"], "p2.py is 20,971,521 bytes, over the limit of 20 MiB for one file")
     assert "p2.py" not in opened
 
 

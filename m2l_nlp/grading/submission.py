@@ -36,6 +36,7 @@ MAX_DEPTH = 16  # folders inside folders; also bounds the descriptors held open 
 MAX_NOTES = 5  # other candidates named in a practical's notes; the rest are counted
 
 _MIB = 2**20
+_FILE_LIMIT = f"the limit of {MAX_FILE_BYTES // _MIB} MiB for one file"
 _NAME_CHARS = 200  # a name in a message is cut to this many characters
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: should a FIFO appear in place of a checked file, opening it does not block.
@@ -124,12 +125,15 @@ def _cell_source(cell: dict, number: int) -> str:
     return source
 
 
-def module_from_notebook(text: str, name: str = "the notebook") -> str:
-    """The Python module that the definitions in a notebook (its JSON ``text``) make up.
+def module_from_notebook(text: str | bytes, name: str = "the notebook") -> str:
+    """The Python module that the definitions in a notebook (its JSON ``text``; bytes are
+    read as UTF-8, a bad byte replaced) make up.
 
     Raises :class:`NotebookError`, in one line that starts with ``name``, for anything that
     is not a notebook as Jupyter writes it (bad JSON, deep nesting, cells or metadata of the
     wrong type, NUL bytes, code too deeply nested to parse)."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", errors="replace")
     try:
         return _module(text)
     except _Refused as err:
@@ -347,10 +351,7 @@ class _Tree:
                 "hand in a copy of its own"
             )
         if entry.is_file() and entry.size > MAX_FILE_BYTES:
-            return (
-                f"{entry.name} is {entry.size / _MIB:.1f} MiB, over the "
-                f"{MAX_FILE_BYTES // _MIB} MiB limit for one file"
-            )
+            return f"{entry.name} is {entry.size:,} bytes, over {_FILE_LIMIT}"
         return ""
 
     def read(self, parts: tuple[str, ...]) -> bytes:
@@ -373,9 +374,7 @@ class _Tree:
                 chunks.append(chunk)
                 size += len(chunk)
             if size > MAX_FILE_BYTES:
-                raise _Refused(
-                    f"{entry.name} is over the {MAX_FILE_BYTES // _MIB} MiB limit for one file"
-                )
+                raise _Refused(f"{entry.name} grew while being read, over {_FILE_LIMIT}")
             return b"".join(chunks)
         except OSError as err:
             raise _Refused(_reason(self.entries[parts], err)) from None
@@ -388,7 +387,8 @@ def _reason(entry: _Entry, err: Exception) -> str:
     if isinstance(err, _Refused):
         return str(err)
     if isinstance(err, OSError) and err.errno == errno.ELOOP:  # became a link since the walk
-        return f"{entry.name} is a symbolic link: hand it in itself, not a link"
+        thing = "folder" if entry.is_dir() else "file"
+        return f"{entry.name} is a symbolic link: hand in the {thing} itself, not a link"
     strerror = err.strerror if isinstance(err, OSError) and err.strerror else str(err)
     return f"{entry.name} cannot be read ({_one_line(strerror)})"
 
@@ -403,8 +403,7 @@ class _Candidate:
 
 
 def _is_notebook_of(parts: tuple[str, ...], practical: str) -> bool:
-    """A notebook of ``practical`` that may be graded. Hidden folders and files
-    (``.ipynb_checkpoints``, macOS's ``._`` files) and ``__MACOSX`` are not the student's."""
+    """A notebook of ``practical`` that may be graded (never a solved one, nor a hidden one)."""
     name = parts[-1]
     return (
         name.endswith(".ipynb")
@@ -446,14 +445,16 @@ def _candidates(tree: _Tree, practical: str) -> list[_Candidate]:
 
 
 def _notes(practical: str, chosen: _Candidate, others: list[_Candidate]) -> list[str]:
+    """The other candidates, named; and how the graded one was chosen among its copies."""
     notes = []
-    notebooks = [c for c in others if c.parts[-1].endswith(".ipynb")]
-    if chosen.parts[-1].endswith(".ipynb") and chosen.parts != (f"{practical}.ipynb",):
-        if notebooks:  # several copies and none named exactly: the choice is said
-            notes.append(
-                f"graded {_shown(chosen.parts)}, the first by name of the "
-                f"{len(notebooks) + 1} notebooks that match {practical}"
-            )
+    top = len(chosen.parts) == 1
+    copies = [c for c in others if c.parts[-1].endswith(".ipynb") and (len(c.parts) == 1) == top]
+    if chosen.parts[-1].endswith(".ipynb") and chosen.parts != (f"{practical}.ipynb",) and copies:
+        order = "by name" if top else "by depth, then by name"
+        notes.append(
+            f"graded {_shown(chosen.parts)}, the first {order} of the {len(copies) + 1} "
+            f"notebooks {'at the top' if top else 'in sub-folders'} that match {practical}"
+        )
     for other in others[:MAX_NOTES]:
         state = "not read" if other.problem else "not graded"
         notes.append(f"also found {_shown(other.parts)} ({state})")
@@ -464,7 +465,11 @@ def _notes(practical: str, chosen: _Candidate, others: list[_Candidate]) -> list
 
 def _solved_notes(tree: _Tree, practical: str) -> list[str]:
     """Said when a practical has nothing to grade but its solved notebook."""
-    solved = sorted(p for p in tree.entries if practical in p[-1] and "_solved" in p[-1])
+    solved = sorted(
+        p
+        for p in tree.entries
+        if p[-1].endswith(".ipynb") and practical in p[-1] and "_solved" in p[-1]
+    )
     return [f"{_shown(p)} is a solved notebook: never graded" for p in solved[:1]]
 
 
