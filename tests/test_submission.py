@@ -102,6 +102,8 @@ def test_characters_that_split_lines_for_str_but_not_for_python_keep_calls_out()
 def test_a_notebook_as_bytes_is_read_as_utf8_with_bad_bytes_replaced():
     data = b'{"cells": [{"cell_type": "code", "source": "S = \'caf\xc3\xa9 \xff\'"}]}'
     assert module_from_notebook(data) == "S = 'caf\u00e9 \ufffd'\n\n"
+    lone_surrogate = _notebook("S = '\udc80'\n")  # valid JSON, but no UTF-8 file holds it
+    assert module_from_notebook(lone_surrogate) == "S = '\ufffd'\n\n"
 
 
 @pytest.mark.parametrize(

@@ -24,6 +24,7 @@ import errno
 import functools
 import json
 import os
+import re
 import stat
 from pathlib import Path
 
@@ -43,6 +44,7 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 _READ_CHUNK = 2**20
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
 _KEPT = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
@@ -120,6 +122,8 @@ def _cell_source(cell: dict, number: int) -> str:
         source = "".join(source)
     if not isinstance(source, str):
         raise _Refused(f"the source of cell {number} is not text")
+    # JSON's "\udc80" is a lone surrogate: no UTF-8 file holds it, and ast.parse refuses it.
+    source = _SURROGATE.sub("\ufffd", source)
     if "\0" in source:  # ast.parse refuses it, as ValueError or SyntaxError by version
         raise _Refused(f"cell {number} holds a NUL byte")
     return source
