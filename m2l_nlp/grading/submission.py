@@ -37,7 +37,6 @@ MAX_DEPTH = 16  # folders inside folders; also bounds the descriptors held open 
 MAX_NOTES = 5  # other candidates named in a practical's notes; the rest are counted
 
 _MIB = 2**20
-_FILE_LIMIT = f"the limit of {MAX_FILE_BYTES // _MIB} MiB for one file"
 _NAME_CHARS = 200  # a name in a message is cut to this many characters
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: should a FIFO appear in place of a checked file, opening it does not block.
@@ -355,7 +354,7 @@ class _Tree:
                 "hand in a copy of its own"
             )
         if entry.is_file() and entry.size > MAX_FILE_BYTES:
-            return f"{entry.name} is {entry.size:,} bytes, over {_FILE_LIMIT}"
+            return f"{entry.name} is {entry.size:,} bytes, over {_file_limit()}"
         return ""
 
     def read(self, parts: tuple[str, ...]) -> bytes:
@@ -378,13 +377,17 @@ class _Tree:
                 chunks.append(chunk)
                 size += len(chunk)
             if size > MAX_FILE_BYTES:
-                raise _Refused(f"{entry.name} grew while being read, over {_FILE_LIMIT}")
+                raise _Refused(f"{entry.name} grew while being read, over {_file_limit()}")
             return b"".join(chunks)
         except OSError as err:
             raise _Refused(_reason(self.entries[parts], err)) from None
         finally:
             for fd in reversed(opened):
                 os.close(fd)
+
+
+def _file_limit() -> str:
+    return f"the limit of {MAX_FILE_BYTES // _MIB} MiB for one file"
 
 
 def _reason(entry: _Entry, err: Exception) -> str:
