@@ -14,7 +14,6 @@ from m2l_nlp.grading import expected, wire
 from m2l_nlp.grading.registry import CheckFailure
 from m2l_nlp.grading.remote import RemoteNamespace, Worker, WorkerLost, WorkerStopped
 from m2l_nlp.grading.runner import StudentError, outcome
-from m2l_nlp.grading.submission import find_practicals, module_from_notebook
 from m2l_nlp.grading.tools import jitted
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -283,50 +282,6 @@ def test_a_worker_that_cannot_start_is_named_before_grading(tmp_path, monkeypatc
     monkeypatch.setattr(remote.sys, "executable", "/bin/false")  # runs, then exits 1
     with pytest.raises(remote.WorkerUnavailable, match="cannot start .*exit status 1"):
         remote.check_workers_start(tmp_path, None, 10.0)
-
-
-# -------------------------------------------------------------------------------- notebooks
-
-
-def test_notebook_becomes_a_module_of_definitions_only(tmp_path):
-    def cell(source, **metadata):
-        return {"cell_type": "code", "metadata": metadata, "source": source, "outputs": []}
-
-    setup_first_line = (ROOT / "m2l_nlp" / "setup_cell.py").read_text().splitlines()[0]
-    notebook = {
-        "cells": [
-            cell(f"{setup_first_line}\nimport subprocess\nsubprocess.run(['pip'])"),
-            cell("from __future__ import annotations\nimport math\nRATE = 0.1\n"),
-            {"cell_type": "markdown", "metadata": {}, "source": "# title"},
-            cell(["@staticmethod\n", "def f(x):\n", "    return math.sqrt(x)\n", "f(4)\n"]),
-            cell('check("f", f)\n'),  # metadata dropped by an editor: still not kept
-            cell("train(model)\n", active="ipynb"),
-            cell("!pip install x\n%time f(2)\nclass C:\n    pass\n"),
-        ],
-        "metadata": {},
-        "nbformat": 4,
-        "nbformat_minor": 5,
-    }
-    path = tmp_path / "practical_x.ipynb"
-    path.write_text(json.dumps(notebook))
-    source = module_from_notebook(path)
-    assert source.startswith("from __future__ import annotations\n")
-    for kept in ("import math", "RATE = 0.1", "@staticmethod\ndef f(x):", "class C:"):
-        assert kept in source
-    for dropped in ("subprocess", "f(4)", "check(", "train(", "pip", "%time"):
-        assert dropped not in source
-    compile(source, "practical_x.py", "exec")
-
-
-def test_find_practicals_prefers_py_files_then_exercises_then_notebooks(tmp_path):
-    (tmp_path / "exercises").mkdir()
-    (tmp_path / "exercises" / "p1.py").write_text("A = 1\n")
-    (tmp_path / "p1.py").write_text("A = 2\n")
-    (tmp_path / "Copy of p2.ipynb").write_text(
-        json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "source": "B = 3"}]})
-    )
-    found = find_practicals(tmp_path, ["p1", "p2", "p3"])
-    assert found == {"p1": "A = 2\n", "p2": "B = 3\n\n", "p3": None}
 
 
 # ---------------------------------------------------------------------------- expected values
