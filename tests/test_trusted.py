@@ -12,8 +12,14 @@ import pytest
 
 from m2l_nlp.grading import expected, wire
 from m2l_nlp.grading.registry import CheckFailure
-from m2l_nlp.grading.remote import RemoteNamespace, Worker, WorkerLost, WorkerStopped
+from m2l_nlp.grading.remote import (
+    RemoteNamespace,
+    Worker,
+    WorkerLost,
+    WorkerStopped,
+)
 from m2l_nlp.grading.runner import StudentError, outcome
+from m2l_nlp.grading.submission import Found
 from m2l_nlp.grading.tools import jitted
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -102,6 +108,29 @@ def branchy(x):
 
 def xla_flags(x):
     return os.environ.get("XLA_FLAGS", "")
+
+
+def stop_reading(x):  # the worker's loop never reads the grader's next request
+    import m2l_nlp.grading.wire as wire
+
+    wire.receive = lambda fd: time.sleep(1e9)
+
+
+def claim_a_huge_reply(x):  # a header that promises 64 MiB, then nothing
+    os.write(int(sys.argv[2]), (64 << 20).to_bytes(8, "big"))
+    time.sleep(1e9)
+
+
+def escape(x):  # a double fork out of the worker's session, then a new pid every 10 ms
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            while True:
+                if os.fork() != 0:
+                    os._exit(0)
+                time.sleep(0.01)
+        os._exit(0)
+    return 1
 """
 
 
@@ -236,9 +265,10 @@ def test_only_the_reference_worker_keeps_its_programs_in_a_folder_of_its_own(
     with pytest.raises(Started):  # the reference's worker: a folder of its own
         trusted.reference_pass("practical2_transformers", ROOT, tmp_path)
     with pytest.raises(Started):  # a student's worker: none
-        trusted.grade_practical("practical2_transformers", "", tmp_path, None, None, {})
+        found = Found("", "practical2_transformers.py")
+        trusted.grade_practical("practical2_transformers", found, tmp_path, None, None, {})
     assert started[0]["JAX_COMPILATION_CACHE_DIR"].startswith(str(tmp_path))
-    assert started[1] is None
+    assert "JAX_COMPILATION_CACHE_DIR" not in started[1]
 
 
 def test_worker_that_hangs_is_stopped_at_its_deadline(student_file):
@@ -249,6 +279,95 @@ def test_worker_that_hangs_is_stopped_at_its_deadline(student_file):
         RemoteNamespace(worker).hangs(1)
     assert time.monotonic() - start < 10
     assert worker.process.poll() is not None  # killed
+
+
+def test_a_worker_that_stops_reading_is_stopped_at_the_deadline_of_a_write(student_file):
+    """A request larger than the pipe's buffer, to a worker that no longer reads: the
+    write waits for the deadline, not for ever; every later request says the same."""
+    worker = _worker(student_file)
+    ns = RemoteNamespace(worker)
+    ns.stop_reading(0)
+    worker.limit, worker.deadline = 1.0, time.monotonic() + 1.0
+    start = time.monotonic()
+    with pytest.raises(WorkerStopped):
+        ns.double(np.zeros(1 << 20, np.float32))  # 4 MiB: far more than a pipe holds
+    assert time.monotonic() - start < 10 and worker.process.poll() is not None
+    with pytest.raises(WorkerStopped):  # not OSError (a closed pipe): the stop is said again
+        ns.double(1)
+    assert not issubclass(WorkerStopped, Exception)  # a check's `except Exception` lets it by
+
+
+def test_a_reply_over_the_limit_ends_the_worker_unread(student_file):
+    worker = _worker(student_file)
+    start = time.monotonic()
+    with pytest.raises(WorkerLost, match="over the limit"):
+        RemoteNamespace(worker).claim_a_huge_reply(0)
+    assert time.monotonic() - start < 10 and worker.process.poll() is not None
+
+
+ESCAPE = """
+import json, subprocess, sys, time
+from pathlib import Path
+from m2l_nlp.grading.remote import RemoteNamespace, Worker, become_subreaper, kill_descendants
+
+assert become_subreaper()
+bystander = subprocess.Popen(["sleep", "60"])  # ours, and kept
+worker = Worker(Path(sys.argv[1]), None, env={"M2L_TEST_TAG": sys.argv[2]})
+worker.limit, worker.deadline = 60.0, time.monotonic() + 60
+worker.request({"op": "load", "path": sys.argv[1] + "/practical_x.py", "name": "practical_x"})
+RemoteNamespace(worker).escape(0)
+worker.kill()  # its session: the escaped processes are not in it
+time.sleep(0.3)
+killed = kill_descendants(keep={bystander.pid})
+print(json.dumps({"killed": killed, "bystander": bystander.poll()}))
+bystander.kill()
+"""
+
+
+def _tagged(tag: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if (
+                entry.name.isdigit()
+                and f"M2L_TEST_TAG={tag}".encode() in (entry / "environ").read_bytes()
+            ):
+                pids.append(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+def test_processes_that_escape_the_worker_are_killed_and_nothing_else(student_file):
+    """A double fork out of the worker's session, with a new pid every 10 ms, is still
+    found (the grader adopts orphans) and killed; a process of the grader's that is not
+    student code (``keep``) lives on."""
+    import subprocess
+    import sys
+    import uuid
+
+    tag = uuid.uuid4().hex
+    run = subprocess.run(
+        [sys.executable, "-c", ESCAPE, str(student_file), tag],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert report["killed"] >= 1 and report["bystander"] is None
+    time.sleep(0.2)
+    assert _tagged(tag) == []
+
+
+def test_a_worker_that_dies_at_import_costs_its_practical_only(tmp_path):
+    from m2l_nlp.grading import trusted
+
+    (tmp_path / "practical2_transformers.py").write_text("import os\nos._exit(7)\n")
+    found = Found("import os\nos._exit(7)\n", "practical2_transformers.py")
+    results = trusted.grade_practical("practical2_transformers", found, tmp_path, None, None, {})
+    assert {r.status for r in results} == {"error"}
+    assert "ended (exit status 7)" in results[0].checks[0].message
 
 
 def test_a_grader_whose_student_user_may_not_run_python_says_so_before_grading(

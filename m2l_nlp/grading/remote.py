@@ -112,9 +112,10 @@ def descendants(keep: set[int] = frozenset()) -> set[int]:
 
 def kill_descendants(keep: set[int] = frozenset(), rounds: int = 200) -> int:
     """Kill every process below this one but ``keep`` (and theirs), again until none is
-    left: a process that forks while being killed leaves a child for the next round.
-    Returns how many were killed. Nothing outside this process's tree is touched."""
-    killed = 0
+    left: a process that forks while being killed leaves a child for the next round, and
+    one whose parent died is adopted (:func:`become_subreaper`). Returns how many were
+    killed. Nothing outside this process's tree is touched."""
+    killed: set[int] = set()
     for _ in range(rounds):
         pids = descendants(keep)
         if not pids:
@@ -122,15 +123,15 @@ def kill_descendants(keep: set[int] = frozenset(), rounds: int = 200) -> int:
         for pid in pids:
             try:
                 os.kill(pid, signal.SIGKILL)
-                killed += 1
             except ProcessLookupError:
                 pass
-        for pid in pids:  # reap our own children (adopted orphans included)
+        for pid in pids:
             try:
-                os.waitpid(pid, os.WNOHANG)
+                os.waitpid(pid, 0)  # our child (an adopted orphan too): gone once reaped
             except ChildProcessError:
-                pass
-    return killed
+                pass  # a grandchild: adopted once its parent is gone, reaped next round
+        killed |= pids
+    return len(killed)
 
 
 _READABLE = (

@@ -250,9 +250,7 @@ def _grade_submission(
             (folder / f"{practical}.py").write_text(item.text, encoding="utf-8")
             os.chmod(folder / f"{practical}.py", 0o644)
             notes.append(f"{practical}: graded {item.name}")
-        elif item.problem:
-            notes.append(f"{practical}: {item.problem}")
-        notes += [f"{practical}: {note}" for note in item.notes]
+        notes += [f"{practical}: {note}" for note in item.notes]  # a problem: in its tests
     results: list[ExerciseResult] = []
     for practical in practicals:
         reference, limits = references[practical]
@@ -282,8 +280,10 @@ def grade(
     seed: int | None = None,
 ) -> list[dict[str, Any]]:
     """Grade each ``(submission folder, results.json path)`` of ``jobs`` (the reference is
-    checked once for all) and write each results file, whatever happens; returns their
-    contents. ``seed``: the grading seed of every submission (a fresh one each otherwise)."""
+    checked once for all) and write each results file, whatever a submission does; returns
+    their contents. ``seed``: the grading seed of every submission (a fresh one each
+    otherwise). Raises :class:`GraderBroken` or :class:`WorkerUnavailable` (each results file
+    written, saying so) when no submission can be graded on this machine."""
     root = root or repo_root()
     exercises = load_exercises()
     practicals = _practicals(exercises)
@@ -303,12 +303,9 @@ def grade(
                 took = time.monotonic() - start
                 log(f"{practical}: the reference passed every check in {took:.1f} s")
         except (GraderBroken, WorkerUnavailable) as err:
-            log(f"error: {err}")
-            for _, results_path in jobs:
-                data = _failed(f"The autograder could not grade this submission: {err}")
-                write_json_atomic(results_path, data)
-                written.append(data)
-            return written
+            for _, results_path in jobs:  # each student reads why; the instructor, main()'s line
+                write_json_atomic(results_path, _failed(f"The autograder could not grade: {err}"))
+            raise
         keep = {ref.worker.process.pid for ref, _ in references.values()}
         for number, (submission, results_path) in enumerate(jobs):
             this_seed = seed if seed is not None else secrets.randbits(62) + 1
@@ -377,12 +374,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("give a results path after each submission folder")
     jobs = [(Path(s), Path(r)) for s, r in zip(args.pairs[::2], args.pairs[1::2], strict=True)]
     for submission, _ in jobs:
-        if not submission.is_dir():
-            print(f"error: {submission} is not a folder", file=sys.stderr)
+        if not os.path.lexists(submission):  # a link or a file is the submission's problem
+            print(f"error: {submission} does not exist", file=sys.stderr)
             return 2
     if args.seed is not None and args.seed <= 0:
         parser.error("--seed: give a positive number (0 is the local checks' seed)")
-    grade(jobs, seed=args.seed)
+    try:
+        grade(jobs, seed=args.seed)
+    except (GraderBroken, WorkerUnavailable) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     return 0
 
 
