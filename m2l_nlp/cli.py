@@ -289,7 +289,7 @@ def _print_result(run: Any, out: Path, elapsed: float) -> None:
         f"compilation: {metrics['compiled_programs']} XLA programs (compiled, or loaded from the "
         f"on-disk compilation cache), {metrics['compile_seconds']:.0f}s tracing and compiling"
     )
-    written = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    written = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
     print(f"wrote {out}/: {', '.join(written)}")
 
 
