@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import math
 import os
 import shutil
 import signal
@@ -453,7 +454,8 @@ def _result_from_json(saved: dict[str, Any] | None) -> Any:
     if saved is None:
         return None
     confusion = None if saved["confusion"] is None else np.asarray(saved["confusion"])
-    return EvalResult(saved["accuracy"], saved["loss"], confusion, saved["count"])
+    loss = math.nan if saved["loss"] is None else saved["loss"]
+    return EvalResult(saved["accuracy"], loss, confusion, saved["count"])
 
 
 class Progress(NamedTuple):
@@ -497,5 +499,12 @@ def progress_from_saved(info: dict[str, Any], arrays: dict[str, np.ndarray]) -> 
     best = info["best"]
     if best is not None:
         leaves = [arrays[f"best_{i}"] for i in range(best["count"])]
-        best = (tuple(best["score"]), best["epoch"], leaves, _result_from_json(best["result"]))
-    return Progress(info["epoch"], state, info["history"], best, _result_from_json(info["result"]))
+        score = tuple(_nan_for_null(best["score"]))
+        best = (score, best["epoch"], leaves, _result_from_json(best["result"]))
+    history = {name: _nan_for_null(values) for name, values in info["history"].items()}
+    return Progress(info["epoch"], state, history, best, _result_from_json(info["result"]))
+
+
+def _nan_for_null(values: list[float | None]) -> list[float]:
+    """Numbers as saved in JSON, ``null`` (a value that was not finite) back to NaN."""
+    return [math.nan if v is None else v for v in values]

@@ -271,3 +271,15 @@ def test_unwritable_reports_a_folder_it_may_not_look_into(tmp_path, monkeypatch)
     problem = runs.unwritable(tmp_path / "locked" / "a" / "b", "--out")
     assert problem and "Permission denied" in problem and "--out" in problem
     assert runs.unwritable(tmp_path / "new" / "run", "--out") is None
+
+
+def test_progress_with_values_that_are_not_finite_is_valid_json_and_reads_back_as_nan(tmp_path):
+    history = {"loss": [0.7, 0.6], "val_loss": [float("nan"), 0.5]}  # epoch 1 not evaluated
+    info, arrays = runs.progress_to_save(runs.Progress(2, [np.zeros(2)], history))
+    with runs.open_run(tmp_path / "out") as folder:
+        folder.save_progress(dict(info, epochs=3, fingerprint={}), arrays)
+        text = (folder.partial / runs.PROGRESS).read_text()
+        saved, arrays = folder.load_progress({})
+    assert "NaN" not in text and json.loads(text)["history"]["val_loss"] == [None, 0.5]
+    back = runs.progress_from_saved(saved, arrays)
+    assert np.isnan(back.history["val_loss"][0]) and back.history["val_loss"][1] == 0.5
