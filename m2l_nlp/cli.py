@@ -199,6 +199,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from m2l_nlp.experiment import resolve_val_size, train_and_evaluate
     from m2l_nlp.imdb_archive import check_source
     from m2l_nlp.runs import default_out, open_run, unwritable
+    from m2l_nlp.training import DivergedError
 
     start = time.perf_counter()
     try:  # everything that can be checked before the data load (minutes on the full IMDB)
@@ -247,6 +248,16 @@ def cmd_train(args: argparse.Namespace) -> int:
                 resume=args.resume,
                 progress=progress,
             )
+        except DivergedError as error:  # nothing is written over the run already in --out
+            saved = folder.read_progress()
+            kept = f"; nothing was written to {out}"
+            if saved is not None:
+                kept += (
+                    f"; epoch {saved['epoch']} of {saved['epochs']} is kept (--resume continues "
+                    "it, --overwrite starts again)"
+                )
+            print(f"error: {error}{kept}", file=sys.stderr)
+            return 1
         except ValueError as error:  # e.g. --val-size larger than the training split
             print(f"error: {error}", file=sys.stderr)
             return 2

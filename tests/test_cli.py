@@ -331,3 +331,43 @@ def test_an_existing_run_or_the_users_files_are_refused_before_the_data_is_read(
     assert cli.main([*args, "--overwrite"]) == 2
     assert "not an m2l-nlp run" in capsys.readouterr().err
     assert (out / "precious.csv").read_text() == "mine"
+
+
+@pytest.mark.slow
+def test_a_run_whose_loss_stops_being_finite_keeps_the_old_run_and_its_last_finite_epoch(
+    tmp_path, capsys, monkeypatch
+):
+    """The loss turns NaN in epoch 2 (the step's sums are poisoned once epoch 1 is kept): exit
+    1, one line that says to lower the learning rate, the old run untouched, epoch 1 kept."""
+    import jax.numpy as jnp
+
+    from m2l_nlp import runs, training
+
+    out = tmp_path / "out"
+    with runs.open_run(out) as folder:  # a good run already there
+        folder.commit(lambda new: (new / "metrics.json").write_text('{"good": 1}'), {})
+    real = training._make_epoch_step
+    poisoned = {"on": True}
+
+    def make_step(*args):
+        step = real(*args)
+
+        def run(state, sums, *rest):
+            state, sums, at = step(state, sums, *rest)
+            kept = runs.RunFolder(out).read_progress()
+            return state, sums * jnp.nan if kept and poisoned["on"] else sums, at
+
+        return run
+
+    monkeypatch.setattr(training, "_make_epoch_step", make_step)
+    args = ["train", "--data", "small", "--epochs", "2", "--no-progress", "--out", str(out)]
+    args += ["--cache-dir", str(tmp_path / "cache")]
+    assert cli.main([*args, "--overwrite"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "loss became nan in epoch 2" in err
+    assert "try a lower learning rate" in err and "epoch 1 of 2 is kept" in err
+    assert json.loads((out / "metrics.json").read_text()) == {"good": 1}
+    poisoned["on"] = False
+    assert cli.main([*args, "--resume"]) == 0
+    assert "resuming after epoch 1 of 2" in capsys.readouterr().out
+    assert len(json.loads((out / "metrics.json").read_text())["history"]["loss"]) == 2
