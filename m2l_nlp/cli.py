@@ -19,6 +19,7 @@ from m2l_nlp import devices
 from m2l_nlp.config import BASELINES, PRESETS, SMALL_DATA_PRESET, TRANSFORMER
 from m2l_nlp.impl import IMPLS, default_impl
 from m2l_nlp.overrides import override
+from m2l_nlp.predict_input import MAX_MB
 
 DEFAULT_PRESET = "default"
 DEFAULT_CHECKPOINT = Path("runs") / DEFAULT_PRESET / "checkpoint"
@@ -147,6 +148,13 @@ def _parser() -> argparse.ArgumentParser:
         default=[],
         metavar="PATH",
         help="a file holding one review, UTF-8 ('-' reads standard input; repeatable)",
+    )
+    predict.add_argument(
+        "--max-mb",
+        type=_whole_number(1),
+        default=MAX_MB,
+        help=f"the largest review to read, in MB, from arguments, files and standard input "
+        f"alike (default: {MAX_MB}; a review above it is refused)",
     )
     predict.add_argument(
         "--checkpoint",
@@ -308,7 +316,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from m2l_nlp.checkpoint import load_checkpoint, predict
     from m2l_nlp.predict_input import read_reviews
 
-    texts = read_reviews(args.texts, args.file)
+    texts = read_reviews(args.texts, args.file, args.max_mb)
     path = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
     checkpoint = load_checkpoint(path)  # CheckpointError: reported by main
     meta = checkpoint.meta

@@ -300,6 +300,11 @@ def test_ctrl_c_is_a_message_and_status_130(monkeypatch, capsys):
         (["--file", "MISSING"], b"", "cannot read MISSING"),
         ([], b"", "nothing to score"),
         (["caf\udce9"], b"", "review 1 is not valid UTF-8"),  # bytes the shell passed as-is
+        (
+            ["--file", "-", "--max-mb", "1"],
+            b"x" * (10**6 + 1),
+            "standard input is larger than 1 MB",
+        ),
     ],
 )
 def test_text_that_cannot_be_scored_is_one_line(monkeypatch, capsys, given, stdin, message):
