@@ -27,7 +27,7 @@ import numpy as np
 
 from m2l_nlp import bigrams
 from m2l_nlp.config import ClassifierConfig
-from m2l_nlp.fileio import make_ordinary
+from m2l_nlp.fileio import json_text, make_ordinary
 
 PARAMS_FILE = "params.npz"
 CONFIG_FILE = "config.json"
@@ -93,11 +93,11 @@ def save_checkpoint(
     old: Path | None = None  # a private folder the previous checkpoint waits in
     try:
         np.savez(tmp / PARAMS_FILE, **_flatten(params))
-        (tmp / CONFIG_FILE).write_text(json.dumps(config.to_dict(), indent=2) + "\n")
+        (tmp / CONFIG_FILE).write_text(json_text(config.to_dict()))
         tokenizer.save(str(tmp / TOKENIZER_FILE))
         if bigram_table is not None:
             bigrams.save_table(tmp, bigram_table, bigram_mode)
-        (tmp / META_FILE).write_text(json.dumps(meta or {}, indent=2, default=str) + "\n")
+        (tmp / META_FILE).write_text(json_text(meta or {}, default=str))
         make_ordinary(tmp)
         if path.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))

@@ -19,6 +19,7 @@ from m2l_nlp import devices
 from m2l_nlp.config import BASELINES, PRESETS, SMALL_DATA_PRESET, TRANSFORMER
 from m2l_nlp.impl import IMPLS, default_impl
 from m2l_nlp.overrides import override
+from m2l_nlp.predict_input import MAX_MB
 
 DEFAULT_PRESET = "default"
 DEFAULT_CHECKPOINT = Path("runs") / DEFAULT_PRESET / "checkpoint"
@@ -149,6 +150,13 @@ def _parser() -> argparse.ArgumentParser:
         help="a file holding one review, UTF-8 ('-' reads standard input; repeatable)",
     )
     predict.add_argument(
+        "--max-mb",
+        type=_whole_number(1),
+        default=MAX_MB,
+        help=f"the largest review to read, in MB, from arguments, files and standard input "
+        f"alike (default: {MAX_MB}; a review above it is refused)",
+    )
+    predict.add_argument(
         "--checkpoint",
         default=None,
         help=f"a checkpoint folder written by `m2l-nlp train` (default: {DEFAULT_CHECKPOINT}, "
@@ -199,6 +207,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     from m2l_nlp.experiment import resolve_val_size, train_and_evaluate
     from m2l_nlp.imdb_archive import check_source
     from m2l_nlp.runs import default_out, open_run, unwritable
+    from m2l_nlp.training import DivergedError
 
     start = time.perf_counter()
     try:  # everything that can be checked before the data load (minutes on the full IMDB)
@@ -247,6 +256,16 @@ def cmd_train(args: argparse.Namespace) -> int:
                 resume=args.resume,
                 progress=progress,
             )
+        except DivergedError as error:  # nothing is written over the run already in --out
+            saved = folder.read_progress()
+            kept = f"; nothing was written to {out}"
+            if saved is not None:
+                kept += (
+                    f"; epoch {saved['epoch']} of {saved['epochs']} is kept (--resume continues "
+                    "it, --overwrite starts again)"
+                )
+            print(f"error: {error}{kept}", file=sys.stderr)
+            return 1
         except ValueError as error:  # e.g. --val-size larger than the training split
             print(f"error: {error}", file=sys.stderr)
             return 2
@@ -289,7 +308,7 @@ def _print_result(run: Any, out: Path, elapsed: float) -> None:
         f"compilation: {metrics['compiled_programs']} XLA programs (compiled, or loaded from the "
         f"on-disk compilation cache), {metrics['compile_seconds']:.0f}s tracing and compiling"
     )
-    written = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    written = sorted(p.name for p in out.iterdir() if not p.name.startswith("."))
     print(f"wrote {out}/: {', '.join(written)}")
 
 
@@ -297,7 +316,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     from m2l_nlp.checkpoint import load_checkpoint, predict
     from m2l_nlp.predict_input import read_reviews
 
-    texts = read_reviews(args.texts, args.file)
+    texts = read_reviews(args.texts, args.file, args.max_mb)
     path = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
     checkpoint = load_checkpoint(path)  # CheckpointError: reported by main
     meta = checkpoint.meta

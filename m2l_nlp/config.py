@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import numbers
 import typing
 from typing import Any
@@ -25,10 +26,11 @@ def _declared_types(cls: type) -> dict[str, Any]:
 
 def check_field_types(settings: Any) -> None:
     """Raise ``ValueError`` if a field of the dataclass ``settings`` does not hold the type
-    it is declared with: a whole number for ``int``, a number for ``float`` (NumPy numbers
-    count), ``true``/``false`` for ``bool``, text for ``str``. Other declarations (``dict``,
-    ``int | None``, ...) are not checked. Values typed on a command line meet this first."""
-    words = {bool: "true or false", int: "a whole number", float: "a number", str: "text"}
+    it is declared with: a whole number for ``int``, a finite number for ``float`` (NumPy
+    numbers count; ``NaN``, ``inf`` and ``1e400`` do not), ``true``/``false`` for ``bool``,
+    text for ``str``. Other declarations (``dict``, ``int | None``, ...) are not checked.
+    Values typed on a command line meet this first."""
+    words = {bool: "true or false", int: "a whole number", float: "a finite number", str: "text"}
     hints = _declared_types(type(settings))
     for field in dataclasses.fields(settings):
         kind = hints.get(field.name)
@@ -37,12 +39,40 @@ def check_field_types(settings: Any) -> None:
         value = getattr(settings, field.name)
         if kind is float:
             ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
+            ok = ok and math.isfinite(value)  # a NaN rate would train to a NaN loss
         elif kind is int:
             ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
         else:
             ok = isinstance(value, kind)
         if not ok:
             raise ValueError(f"{field.name} must be {words[kind]}, not {value!r}")
+
+
+def check_at_least(settings: Any, least: int, names: tuple[str, ...]) -> None:
+    """Raise ``ValueError`` unless each field ``names`` of ``settings`` is ``least`` or more."""
+    for name in names:
+        value = getattr(settings, name)
+        if value < least:
+            raise ValueError(f"{name} must be at least {least}, not {value}")
+
+
+def check_fraction(settings: Any, names: tuple[str, ...], *, one: bool = False) -> None:
+    """Raise ``ValueError`` unless each field ``names`` of ``settings`` is in ``[0, 1)``
+    (``[0, 1]`` with ``one``)."""
+    for name in names:
+        value = getattr(settings, name)
+        if not (0 <= value <= 1 if one else 0 <= value < 1):
+            raise ValueError(f"{name} must be in [0, {'1]' if one else '1)'}, not {value}")
+
+
+def check_heads(settings: Any) -> None:
+    """Raise ``ValueError`` unless ``num_heads`` (at least 1) divides ``d_model``: each head
+    reads ``d_model / num_heads`` of the features."""
+    check_at_least(settings, 1, ("num_heads", "d_model"))
+    if settings.d_model % settings.num_heads:
+        raise ValueError(
+            f"d_model ({settings.d_model}) must be divisible by num_heads ({settings.num_heads})"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,10 +94,9 @@ class ClassifierConfig:
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        if self.d_model % self.num_heads:
-            raise ValueError(
-                f"d_model ({self.d_model}) must be divisible by num_heads ({self.num_heads})"
-            )
+        check_at_least(self, 1, ("vocab_size", "num_layers", "d_ff", "max_len"))
+        check_heads(self)
+        check_fraction(self, ("p_dropout",))
         if self.pooling not in ("mean", "max", "mean_max"):
             raise ValueError(f"pooling must be 'mean', 'max' or 'mean_max', not {self.pooling!r}")
 
@@ -113,18 +142,15 @@ class TrainSettings:
     def __post_init__(self) -> None:
         check_field_types(self)
         positive = ("epochs", "batch_size", "crop_len", "eval_every", "eval_batch_size")
-        for name in (*positive, "steps_per_call"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
-        if not 0 <= self.token_dropout < 1:
-            raise ValueError(f"token_dropout must be in [0, 1), not {self.token_dropout}")
+        check_at_least(self, 1, (*positive, "steps_per_call"))
+        check_at_least(self, 0, ("seed",))
+        check_fraction(self, ("token_dropout", "ema_decay"))
+        check_fraction(self, ("warmup_fraction", "final_lr_fraction"), one=True)
         if self.micro_batch_cells is not None and self.micro_batch_cells < 0:
             raise ValueError(
                 f"micro_batch_cells must be >= 0 or None, not {self.micro_batch_cells}"
             )
-        if not 0 <= self.ema_decay < 1:
-            raise ValueError(f"ema_decay must be in [0, 1), not {self.ema_decay}")
-        for name in ("clip_norm", "adversarial"):
+        for name in ("clip_norm", "adversarial", "weight_decay"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0: off), not {getattr(self, name)}")
         if self.learning_rate <= 0:
@@ -168,11 +194,14 @@ class BaselineConfig:
                 f"unknown baseline {self.model!r}: choose one of {', '.join(BASELINES)}"
             )
         object.__setattr__(self, "hidden_sizes", tuple(self.hidden_sizes))
-        for name in ("p_dropout", "input_dropout"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ValueError(f"{name} must be in [0, 1), not {getattr(self, name)}")
-        if self.num_buckets < 1 or self.max_len < 1:
-            raise ValueError("num_buckets and max_len must be positive")
+        check_fraction(self, ("p_dropout", "input_dropout"))
+        check_at_least(self, 1, ("num_buckets", "max_len", "embed_size", "hidden_size"))
+        if not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in self.hidden_sizes
+        ):
+            raise ValueError(
+                f"hidden_sizes must be whole numbers of at least 1, not {list(self.hidden_sizes)}"
+            )
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -218,8 +247,7 @@ class Preset:
             )
         limits = {"vocab_size": MIN_VOCAB_SIZE, "seq_len": 1, "bigram_tokens": 0, "val_size": 0}
         for name, least in limits.items():
-            if getattr(self, name) < least:
-                raise ValueError(f"{name} must be at least {least}, not {getattr(self, name)}")
+            check_at_least(self, least, (name,))
         if self.embed_scale <= 0:
             raise ValueError(f"embed_scale must be positive, not {self.embed_scale}")
         if self.bigram_backoff and not (
@@ -378,10 +406,13 @@ class ReverseConfig:
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        if self.num_digits < 2 or self.seq_len < 2:
-            raise ValueError("num_digits and seq_len must be at least 2")
-        if self.steps < 1 or self.batch_size < 1 or self.epochs < 1:
-            raise ValueError("steps, epochs and batch_size must be positive")
+        check_at_least(self, 2, ("num_digits", "seq_len"))
+        check_at_least(self, 1, ("num_layers", "d_ff", "batch_size", "steps", "epochs"))
+        check_at_least(self, 0, ("seed",))
+        check_heads(self)
+        check_fraction(self, ("p_dropout",))
+        if self.learning_rate <= 0:
+            raise ValueError(f"learning_rate must be positive, not {self.learning_rate}")
 
     def settings(self) -> TrainSettings:
         """Adam with a short warm-up and a cosine decay over all steps."""

@@ -21,7 +21,7 @@ import tokenizers
 
 from m2l_nlp import bigrams, imdb_archive, tokenization
 from m2l_nlp.config import Preset
-from m2l_nlp.fileio import atomic_file, make_ordinary
+from m2l_nlp.fileio import atomic_file, json_text, make_ordinary
 from m2l_nlp.splits import shuffle_order
 
 if TYPE_CHECKING:
@@ -312,7 +312,7 @@ def _save_prepared(folder: Path, data: PreparedData, settings: dict) -> None:
         tokenization.save_tokenizer(data.tokenizer, tmp / "tokenizer.json")
         if data.bigram_table is not None:
             bigrams.save_table(tmp, data.bigram_table, data.bigram_mode)
-        (tmp / "settings.json").write_text(json.dumps(settings, indent=1, sort_keys=True))
+        (tmp / "settings.json").write_text(json_text(settings, indent=1, sort_keys=True))
         np.savez(tmp / "arrays.npz", **arrays)
         try:
             os.replace(tmp, folder)

@@ -2,12 +2,19 @@
 
 A reader never sees a half-written file, and a failed or interrupted write leaves the old file
 as it was.
+
+Every JSON file the project writes goes through :func:`json_text` and is valid JSON: a number
+that is not finite (NaN, an infinity: JSON has none) is written as ``null``, "no value" (a
+loss that diverged, an epoch without evaluation); readers turn it back into NaN where they
+compute with it (:func:`m2l_nlp.runs.progress_from_saved`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import math
+import numbers
 import os
 import tempfile
 from collections.abc import Iterator
@@ -68,6 +75,25 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     return Path(path)
 
 
+def finite_or_null(value: Any) -> Any:
+    """``value`` with every number that is not finite, at any depth of its dicts, lists and
+    tuples, replaced by None (JSON ``null``)."""
+    if isinstance(value, dict):
+        return {key: finite_or_null(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_or_null(item) for item in value]
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):
+        return float(value) if math.isfinite(value) else None
+    return value
+
+
+def json_text(value: Any, indent: int | None = 2, **options: Any) -> str:
+    """``value`` as valid JSON text, ending with a newline: numbers that are not finite are
+    written as ``null`` (:func:`finite_or_null`); ``options`` go to :func:`json.dumps`."""
+    return json.dumps(finite_or_null(value), indent=indent, allow_nan=False, **options) + "\n"
+
+
 def write_json_atomic(path: str | os.PathLike, value: Any) -> Path:
-    """Write ``value`` as indented JSON to ``path`` atomically; returns the path."""
-    return write_text_atomic(path, json.dumps(value, indent=2) + "\n")
+    """Write ``value`` as indented JSON (:func:`json_text`) to ``path`` atomically; returns
+    the path."""
+    return write_text_atomic(path, json_text(value))

@@ -12,8 +12,17 @@
   ``DIR -> .DIR.old`` and ``.DIR.new-<id> -> DIR``; if the process dies between them, the next
   start on ``DIR`` finishes the swap (or puts the old run back if the new one was not complete).
 
-A non-empty ``DIR`` that is not one of our runs is refused. Runs written before ``run.json``
-existed are recognised by their files (``checkpoint/``, ``metrics.json`` and the plots).
+Every folder made here (``.DIR.partial/``, ``.DIR.new-<id>/``, and so the run itself) holds
+the empty file ``.m2l-nlp-made`` from the instant it is created, before anything else goes in:
+a folder is ours by that marker, never by its name, and a sibling with one of our names but
+without the marker is the user's: it is left alone and the run is refused, naming it. A run
+being replaced gets the marker before it is moved aside, so a kill mid-swap leaves it ours.
+
+A non-empty ``DIR`` that is not one of our runs is refused. ``run.json`` lists the files the
+run wrote; a run that holds any other file (``notes.txt``) is not replaced, and the refusal
+names the file. Runs written before ``run.json`` existed are recognised by their files
+(``checkpoint/``, ``metrics.json`` and the plots), and may hold only the files such a run
+held.
 ``M2L_NLP_CRASH_AT=<point>`` kills the process at a named point (fault-injection tests).
 """
 
@@ -22,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import json
+import math
 import os
 import shutil
 import signal
@@ -40,8 +50,12 @@ if TYPE_CHECKING:
     from m2l_nlp.metrics import EvalResult
 
 MARKER = "run.json"
+MADE = ".m2l-nlp-made"  # in every folder this module makes, from its first instant
 PROGRESS = "progress.json"
 LEGACY_FILES = {"checkpoint", "metrics.json", "training_curves.png", "confusion_matrix.png"}
+# what a checkpoint held before run.json recorded a run's files (m2l_nlp.checkpoint, bigrams)
+LEGACY_CHECKPOINT = {"params.npz", "config.json", "tokenizer.json", "meta.json"}
+LEGACY_CHECKPOINT |= {"bigrams.npy", "bigram_mode.txt"}
 CRASH_ENV = "M2L_NLP_CRASH_AT"
 NO_EXCHANGE_ENV = "M2L_NLP_NO_EXCHANGE"  # tests: take the two-rename path
 
@@ -116,6 +130,68 @@ def describe(folder: Path) -> str:
     return "run" if ours == names and "metrics.json" in names else "foreign"
 
 
+def _make_folder(path: Path) -> None:
+    """Create the folder ``path`` with the marker :data:`MADE` in it, before anything else."""
+    path.mkdir(parents=True)
+    _mark(path)
+
+
+def _mark(path: Path) -> None:
+    """Put the empty marker :data:`MADE` into the folder ``path``: the name appears whole at
+    once, so a kill leaves the folder marked or not, never half."""
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path / MADE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644))
+
+
+def made_here(path: Path) -> bool:
+    """Whether ``path`` is a folder this module made (it holds the marker :data:`MADE`)."""
+    return path.is_dir() and not path.is_symlink() and (path / MADE).is_file()
+
+
+def _empty_folder(path: Path) -> bool:
+    return path.is_dir() and not path.is_symlink() and not any(path.iterdir())
+
+
+def files_in(folder: Path) -> set[str]:
+    """Every file under ``folder`` (links included, not followed), as relative POSIX paths."""
+    found = set()
+    for root, dirs, files in os.walk(folder):
+        base = Path(root).relative_to(folder)
+        links = [d for d in dirs if os.path.islink(os.path.join(root, d))]
+        found |= {(base / name).as_posix() for name in (*files, *links)}
+    return found
+
+
+def _recorded_files(folder: Path) -> set[str] | None:
+    """The files ``run.json`` says the run wrote, or None for a run written before it did."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        files = json.loads((folder / MARKER).read_text()).get("files")
+        if isinstance(files, list):
+            return {str(f) for f in files}
+    return None
+
+
+def _known_legacy(path: str) -> bool:
+    """Whether ``path`` is a file a run written before ``run.json`` listed files held."""
+    top, _, rest = path.partition("/")
+    if top == "checkpoint":
+        return rest in LEGACY_CHECKPOINT
+    return top in LEGACY_FILES | {MARKER} or top.startswith(".checkpoint.")
+
+
+def foreign_files(folder: Path) -> list[str]:
+    """The files in the run ``folder`` that its run did not write (for runs written before
+    ``run.json`` listed them: that a run is not known to hold), sorted."""
+    recorded = _recorded_files(folder)
+    ours = (lambda f: f in recorded) if recorded is not None else _known_legacy
+    return sorted(f for f in files_in(folder) if f != MADE and not ours(f))
+
+
+def _shown_list(paths: list[str], most: int = 5) -> str:
+    shown = ", ".join(paths[:most])
+    return shown + (f" and {len(paths) - most} more" if paths[most:] else "")
+
+
 def _remove(path: Path) -> None:
     """Delete a folder of ours, read-only parts included."""
 
@@ -148,19 +224,34 @@ class RunFolder:
         self.new_prefix = f".{self.out.name}.new-"
         self.run_id = uuid.uuid4().hex[:12]
 
+    def _siblings(self) -> list[Path]:
+        """The hidden folders beside ``out`` named as ours (made here or not)."""
+        news = sorted(self.out.parent.glob(self.new_prefix + "*"))
+        return [p for p in (*news, self.old, self.partial) if p.exists() or p.is_symlink()]
+
+    def strangers(self) -> list[Path]:
+        """Siblings named as ours that this module did not make: the user's, never touched
+        (an empty folder, as a kill between ``mkdir`` and the marker leaves, is not one)."""
+        return [p for p in self._siblings() if not made_here(p) and not _empty_folder(p)]
+
     # --- start: repair, clean, check -------------------------------------------------------
 
     def repair(self) -> None:
         """Finish (or undo) a swap that a killed process left half done; remove our
-        temporary folders that nothing can use any more."""
-        news = sorted(self.out.parent.glob(self.new_prefix + "*"))
-        complete = [d for d in news if (d / MARKER).is_file()]
-        if self.old.exists() and not self.out.exists():
-            os.replace(complete[-1] if complete else self.old, self.out)
-        for leftover in (*news, self.old):
-            if leftover.exists():
+        temporary folders that nothing can use any more (those with the marker :data:`MADE`
+        only; an empty one, as a kill between ``mkdir`` and the marker leaves, goes too)."""
+        for path in self._siblings():
+            if not made_here(path) and _empty_folder(path):
+                path.rmdir()  # nothing of the user's is lost
+        news = [d for d in self.out.parent.glob(self.new_prefix + "*") if made_here(d)]
+        complete = sorted(d for d in news if (d / MARKER).is_file())
+        old = self.old if made_here(self.old) else None
+        if old is not None and not self.out.exists():
+            os.replace(complete[-1] if complete else old, self.out)
+        for leftover in (*news, old):
+            if leftover is not None and made_here(leftover):
                 _remove(leftover)
-        progress = self.read_progress()
+        progress = self.read_progress() if made_here(self.partial) else None
         if progress is not None and describe(self.out) == "run":
             marker = json.loads((self.out / MARKER).read_text()) if self._marked() else {}
             if marker.get("run_id") == progress.get("run_id"):  # that run got swapped in
@@ -181,9 +272,32 @@ class RunFolder:
                 "empty folder (nothing in it was touched)"
             )
 
+    def refuse_strangers(self) -> None:
+        """Refuse (reads only) while a folder beside ``out`` has one of our names but not
+        our marker: it is the user's, and we would need its name."""
+        strangers = self.strangers()
+        if strangers:
+            names = _shown_list([f"{p.name}/" if p.is_dir() else p.name for p in strangers])
+            raise RunFolderError(
+                f"--out {self.shown}: {names} beside it was not made by m2l-nlp (or by a "
+                f"version before {MADE} markers), but has a name this run needs: move or "
+                "delete it yourself, or choose another --out (nothing was touched)"
+            )
+
+    def refuse_foreign_files(self, then: str) -> None:
+        """Refuse (reads only) to replace a run that holds files it did not write."""
+        extra = foreign_files(self.out) if describe(self.out) == "run" else []
+        if extra:
+            raise RunFolderError(
+                f"--out {self.shown} holds files that are not part of its run "
+                f"({_shown_list(extra)}): move them out of the folder, then {then}"
+            )
+
     def check(self, overwrite: bool, resume: bool) -> None:
         """Refuse, with what to do, a folder this run must not write to."""
         self.refuse_foreign()
+        self.refuse_strangers()
+        self.refuse_foreign_files("run again (nothing was touched)")
         kind = describe(self.out)
         shown = self.shown
         progress = self.read_progress()
@@ -224,6 +338,8 @@ class RunFolder:
         (``info`` plus the run's id), each written atomically; older epochs are removed."""
         epoch = int(info["epoch"])
         name = f"epoch-{epoch}.npz"
+        if not self.partial.is_dir():
+            _make_folder(self.partial)
         with atomic_file(self.partial / name) as handle:
             np.savez(handle, **arrays)
         write_json_atomic(self.partial / PROGRESS, dict(info, run_id=self.run_id, arrays=name))
@@ -252,13 +368,24 @@ class RunFolder:
     # --- at the end --------------------------------------------------------------------------
 
     def commit(self, write: Callable[[Path], None], marker: dict[str, Any]) -> None:
-        """Write the run into a new hidden folder (``write(folder)``, then ``run.json``) and
-        swap it in for ``out``; the partial state goes once the new run is in place."""
+        """Write the run into a new hidden folder (``write(folder)``, then ``run.json`` with
+        the list of files) and swap it in for ``out``; the partial state goes once the new
+        run is in place. A file that appeared in the old run meanwhile stops the swap."""
         new = self.out.parent / f"{self.new_prefix}{self.run_id}"
-        new.mkdir(parents=True)
+        _make_folder(new)
         write(new)
-        write_json_atomic(new / MARKER, dict(marker, m2l_nlp_run=1, run_id=self.run_id))
+        files = sorted(files_in(new) | {MARKER})
+        marker = dict(marker, m2l_nlp_run=1, run_id=self.run_id, files=files)
+        write_json_atomic(new / MARKER, marker)
         crash_point("run-written")
+        try:  # the user may have put a file into the old run while this one trained
+            self.refuse_foreign_files("run the same command with --resume to write this run")
+        except RunFolderError:
+            _remove(new)
+            raise
+        if self.out.exists():
+            with contextlib.suppress(OSError):  # unmarked, a stranded old run is only refused
+                _mark(self.out)  # the old run is ours wherever a kill leaves it
         if self.out.exists() and _exchange(new, self.out):
             crash_point("new-moved-in")
             _remove(new)  # the old run, under the new one's temporary name
@@ -268,9 +395,9 @@ class RunFolder:
                 crash_point("old-moved-aside")
             os.replace(new, self.out)
             crash_point("new-moved-in")
-        if self.old.exists():
+        if made_here(self.old):
             _remove(self.old)
-        if self.partial.exists():
+        if made_here(self.partial):
             _remove(self.partial)
 
 
@@ -298,6 +425,7 @@ def open_run(
 
     folder = RunFolder(out)
     folder.refuse_foreign()  # before the lock file is made beside it
+    folder.refuse_strangers()
     folder.out.parent.mkdir(parents=True, exist_ok=True)
     lock = FileLock(str(folder.lock), timeout=0)
     try:
@@ -326,7 +454,8 @@ def _result_from_json(saved: dict[str, Any] | None) -> Any:
     if saved is None:
         return None
     confusion = None if saved["confusion"] is None else np.asarray(saved["confusion"])
-    return EvalResult(saved["accuracy"], saved["loss"], confusion, saved["count"])
+    loss = math.nan if saved["loss"] is None else saved["loss"]
+    return EvalResult(saved["accuracy"], loss, confusion, saved["count"])
 
 
 class Progress(NamedTuple):
@@ -370,5 +499,12 @@ def progress_from_saved(info: dict[str, Any], arrays: dict[str, np.ndarray]) -> 
     best = info["best"]
     if best is not None:
         leaves = [arrays[f"best_{i}"] for i in range(best["count"])]
-        best = (tuple(best["score"]), best["epoch"], leaves, _result_from_json(best["result"]))
-    return Progress(info["epoch"], state, info["history"], best, _result_from_json(info["result"]))
+        score = tuple(_nan_for_null(best["score"]))
+        best = (score, best["epoch"], leaves, _result_from_json(best["result"]))
+    history = {name: _nan_for_null(values) for name, values in info["history"].items()}
+    return Progress(info["epoch"], state, history, best, _result_from_json(info["result"]))
+
+
+def _nan_for_null(values: list[float | None]) -> list[float]:
+    """Numbers as saved in JSON, ``null`` (a value that was not finite) back to NaN."""
+    return [math.nan if v is None else v for v in values]

@@ -135,6 +135,17 @@ def train_step(
     return _apply_grads(state, grads, optimizer), loss, hits
 
 
+class DivergedError(ValueError):
+    """The training loss stopped being finite; the message says what to try."""
+
+    def __init__(self, epoch: int, loss: float, learning_rate: float):
+        self.epoch = epoch  # the first epoch whose loss was not finite (1-based)
+        super().__init__(
+            f"the training loss became {loss} in epoch {epoch}: training diverged; try a lower "
+            f"learning rate (train.learning_rate is {learning_rate:g}; e.g. {learning_rate / 4:g})"
+        )
+
+
 class TrainResult(NamedTuple):
     """Final parameters and the per-epoch history (lists keyed by metric name)."""
 
@@ -279,6 +290,9 @@ def train(
     micro-batches (``settings.micro_batch_cells``, same update). The optimizer defaults
     to :func:`make_optimizer` over the whole run.
 
+    An epoch whose mean training loss is not finite ends the run with
+    :class:`DivergedError` before ``on_epoch``: the last epoch it saw stays the last one kept.
+
     ``tie`` (e.g. :func:`m2l_nlp.model.pair_tie`) trains ``params`` as stored rows that
     ``model`` reads as ``tie(params)``; evaluation, the parameters returned and those of
     the best epoch are ``model``'s (tied on the host), and ``on_epoch``'s state is stored.
@@ -345,6 +359,8 @@ def train(
                 state, sums, at, epoch_key, train_data, arrays, width, micro(width)
             )
         loss_sum, correct, count = (float(x) for x in jax.device_get(sums))
+        if not math.isfinite(loss_sum):  # read once per epoch anyway: costs no host sync
+            raise DivergedError(epoch + 1, loss_sum / count, settings.learning_rate)
         history["loss"].append(loss_sum / count)
         history["train_acc"].append(correct / count)
         line = f"epoch {epoch + 1}/{settings.epochs}: loss {loss_sum / count:.4f}"

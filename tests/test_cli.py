@@ -238,11 +238,23 @@ def test_no_test_run_reports_validation_only(tmp_path, capsys):
         (["--set", "bigram_tokens=-1"], "bigram_tokens must be at least 0"),
         (["--set", "final_fit=1"], "final_fit must be true or false"),
         (["--set", "train.epochs=2.5"], "epochs must be a whole number, not 2.5"),
-        (["--set", "train.learning_rate=abc"], "learning_rate must be a number, not 'abc'"),
+        (["--set", "train.learning_rate=abc"], "learning_rate must be a finite number, not 'abc'"),
         (["--set", "model.d_model=32.0"], "d_model must be a whole number"),
         (["--set", "vocab_size=abc"], "vocab_size must be a whole number, not 'abc'"),
         (["--set", "seq_len=null"], "seq_len must be a whole number, not None"),
         (["--set", "val_size=2.5"], "val_size must be a whole number, not 2.5"),
+        (["--set", "train.learning_rate=NaN"], "learning_rate must be a finite number, not nan"),
+        (["--set", "train.learning_rate=Infinity"], "learning_rate must be a finite number"),
+        (["--set", "train.learning_rate=1e400"], "learning_rate must be a finite number, not inf"),
+        (["--set", "embed_scale=-Infinity"], "embed_scale must be a finite number, not -inf"),
+        (["--set", "model.num_heads=0"], "num_heads must be at least 1, not 0"),
+        (["--set", "model.num_layers=0"], "num_layers must be at least 1, not 0"),
+        (["--set", "model.p_dropout=1"], "p_dropout must be in [0, 1), not 1"),
+        (["--set", "train.warmup_fraction=1.5"], "warmup_fraction must be in [0, 1], not 1.5"),
+        (["--set", "train.final_lr_fraction=-0.1"], "final_lr_fraction must be in [0, 1]"),
+        (["--set", "train.weight_decay=-1"], "weight_decay must be >= 0 (0: off), not -1"),
+        (["--set", "train.seed=-1"], "seed must be at least 0, not -1"),
+        (["--model", "bow-mlp", "--set", "model.hidden_sizes=[64, 0]"], "hidden_sizes must be"),
         (["--out", "FILE"], "is a file, not a folder: choose another folder with --out"),
         (["--cache-dir", "FILE"], "choose another folder with --cache-dir"),
         (["--model", "lstm", "--preset", "demo"], "--model lstm and --preset demo: give one"),
@@ -288,6 +300,11 @@ def test_ctrl_c_is_a_message_and_status_130(monkeypatch, capsys):
         (["--file", "MISSING"], b"", "cannot read MISSING"),
         ([], b"", "nothing to score"),
         (["caf\udce9"], b"", "review 1 is not valid UTF-8"),  # bytes the shell passed as-is
+        (
+            ["--file", "-", "--max-mb", "1"],
+            b"x" * (10**6 + 1),
+            "standard input is larger than 1 MB",
+        ),
     ],
 )
 def test_text_that_cannot_be_scored_is_one_line(monkeypatch, capsys, given, stdin, message):
@@ -319,3 +336,43 @@ def test_an_existing_run_or_the_users_files_are_refused_before_the_data_is_read(
     assert cli.main([*args, "--overwrite"]) == 2
     assert "not an m2l-nlp run" in capsys.readouterr().err
     assert (out / "precious.csv").read_text() == "mine"
+
+
+@pytest.mark.slow
+def test_a_run_whose_loss_stops_being_finite_keeps_the_old_run_and_its_last_finite_epoch(
+    tmp_path, capsys, monkeypatch
+):
+    """The loss turns NaN in epoch 2 (the step's sums are poisoned once epoch 1 is kept): exit
+    1, one line that says to lower the learning rate, the old run untouched, epoch 1 kept."""
+    import jax.numpy as jnp
+
+    from m2l_nlp import runs, training
+
+    out = tmp_path / "out"
+    with runs.open_run(out) as folder:  # a good run already there
+        folder.commit(lambda new: (new / "metrics.json").write_text('{"good": 1}'), {})
+    real = training._make_epoch_step
+    poisoned = {"on": True}
+
+    def make_step(*args):
+        step = real(*args)
+
+        def run(state, sums, *rest):
+            state, sums, at = step(state, sums, *rest)
+            kept = runs.RunFolder(out).read_progress()
+            return state, sums * jnp.nan if kept and poisoned["on"] else sums, at
+
+        return run
+
+    monkeypatch.setattr(training, "_make_epoch_step", make_step)
+    args = ["train", "--data", "small", "--epochs", "2", "--no-progress", "--out", str(out)]
+    args += ["--cache-dir", str(tmp_path / "cache")]
+    assert cli.main([*args, "--overwrite"]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1 and "loss became nan in epoch 2" in err
+    assert "try a lower learning rate" in err and "epoch 1 of 2 is kept" in err
+    assert json.loads((out / "metrics.json").read_text()) == {"good": 1}
+    poisoned["on"] = False
+    assert cli.main([*args, "--resume"]) == 0
+    assert "resuming after epoch 1 of 2" in capsys.readouterr().out
+    assert len(json.loads((out / "metrics.json").read_text())["history"]["loss"]) == 2

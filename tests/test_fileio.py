@@ -39,3 +39,17 @@ def test_an_interrupted_binary_write_leaves_the_old_file(tmp_path):
         raise KeyboardInterrupt
     assert target.read_bytes() == b"old"
     assert [p.name for p in tmp_path.iterdir()] == ["arrays.bin"]
+
+
+def test_json_files_are_valid_json_with_null_for_numbers_that_are_not_finite(tmp_path):
+    """JSON has no NaN: a bare NaN (json.dumps' default) is not JSON that other tools read."""
+    import numpy as np
+
+    value = {"loss": [0.5, float("nan")], "best": (float("inf"), -np.inf), "x": np.float32("nan")}
+    text = write_json_atomic(tmp_path / "m.json", value).read_text()
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    read = json.loads(text, parse_constant=refuse)
+    assert read == {"loss": [0.5, None], "best": [None, None], "x": None}

@@ -87,6 +87,67 @@ def test_an_existing_run_is_replaced_only_with_overwrite(tmp_path):
     assert set(hidden_siblings(out)) <= {".out.lock"}
 
 
+@pytest.mark.parametrize("overwrite", [False, True])
+def test_folders_named_like_ours_but_not_made_here_are_named_and_left_alone(tmp_path, overwrite):
+    out = tmp_path / "out"
+    with runs.open_run(out) as folder:
+        folder.commit(lambda new: write_run(new, 0.5), {"preset": "a"})
+    for name in (".out.old", ".out.new-mine", ".out.partial"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "keep.txt").write_text("mine")
+    (tmp_path / ".out.new-0123456789ab").mkdir()  # ours, killed before its marker: empty
+    with pytest.raises(
+        runs.RunFolderError, match=r"\.out\.new-mine/, \.out\.old/, \.out\.partial/"
+    ):
+        with runs.open_run(out, overwrite=overwrite):
+            pass
+    for name in (".out.old", ".out.new-mine", ".out.partial"):
+        assert (tmp_path / name / "keep.txt").read_text() == "mine"
+    assert accuracy_in(out) == 0.5
+    for name in (".out.old", ".out.new-mine", ".out.partial"):
+        (tmp_path / name / "keep.txt").unlink()  # empty now: a folder of ours a kill left
+    with runs.open_run(out, overwrite=True) as folder:
+        folder.commit(lambda new: write_run(new, 0.7), {"preset": "a"})
+    assert set(hidden_siblings(out)) <= {".out.lock"} and accuracy_in(out) == 0.7
+
+
+@pytest.mark.parametrize("where", ["notes.txt", "checkpoint/notes.txt"])
+def test_overwrite_never_deletes_a_file_the_user_put_into_a_run(tmp_path, where):
+    out = tmp_path / "out"
+    with runs.open_run(out) as folder:
+        folder.commit(lambda new: write_run(new, 0.5), {"preset": "a"})
+    (out / where).write_text("mine")
+    with pytest.raises(runs.RunFolderError, match=f"not part of its run \\({where}\\)"):
+        with runs.open_run(out, overwrite=True):
+            pass
+    written = json.loads((out / runs.MARKER).read_text())["files"]
+    assert written == [runs.MADE, "checkpoint/params.npz", "metrics.json", runs.MARKER]
+    assert (out / where).read_text() == "mine" and accuracy_in(out) == 0.5
+    (out / where).unlink()
+    with runs.open_run(out, overwrite=True) as folder:  # the file appears while it trains
+        (out / where).write_text("mine")
+        with pytest.raises(runs.RunFolderError, match="with --resume to write this run"):
+            folder.commit(lambda new: write_run(new, 0.7), {"preset": "a"})
+    assert (out / where).read_text() == "mine" and accuracy_in(out) == 0.5
+    assert set(hidden_siblings(out)) <= {".out.lock"}
+
+
+def test_a_run_written_before_runs_listed_their_files_holds_only_its_known_files(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    write_run(out, 0.5)  # no run.json: the version before it
+    for name in ("config.json", "tokenizer.json", "bigrams.npy", "meta.json"):
+        (out / "checkpoint" / name).write_text("x")
+    (out / "checkpoint" / "notes.txt").write_text("mine")
+    with pytest.raises(runs.RunFolderError, match=r"\(checkpoint/notes\.txt\)"):
+        with runs.open_run(out, overwrite=True):
+            pass
+    (out / "checkpoint" / "notes.txt").unlink()
+    with runs.open_run(out, overwrite=True) as folder:
+        folder.commit(lambda new: write_run(new, 0.7), {"preset": "a"})
+    assert accuracy_in(out) == 0.7
+
+
 def test_a_second_run_on_the_same_folder_refuses_at_once(tmp_path):
     out = tmp_path / "out"
     code = (
@@ -123,7 +184,7 @@ def test_progress_is_kept_and_resumed_only_with_the_same_settings(tmp_path):
         folder.save_progress(info, {"w": np.arange(3.0)})
         folder.save_progress(dict(info, epoch=2), {"w": np.arange(4.0)})
         kept = sorted(p.name for p in folder.partial.iterdir())
-        assert kept == ["epoch-2.npz", "progress.json"]
+        assert kept == [runs.MADE, "epoch-2.npz", "progress.json"]
     with pytest.raises(runs.RunFolderError, match="epoch 2 of 3 done"):
         with runs.open_run(out):
             pass
@@ -210,3 +271,15 @@ def test_unwritable_reports_a_folder_it_may_not_look_into(tmp_path, monkeypatch)
     problem = runs.unwritable(tmp_path / "locked" / "a" / "b", "--out")
     assert problem and "Permission denied" in problem and "--out" in problem
     assert runs.unwritable(tmp_path / "new" / "run", "--out") is None
+
+
+def test_progress_with_values_that_are_not_finite_is_valid_json_and_reads_back_as_nan(tmp_path):
+    history = {"loss": [0.7, 0.6], "val_loss": [float("nan"), 0.5]}  # epoch 1 not evaluated
+    info, arrays = runs.progress_to_save(runs.Progress(2, [np.zeros(2)], history))
+    with runs.open_run(tmp_path / "out") as folder:
+        folder.save_progress(dict(info, epochs=3, fingerprint={}), arrays)
+        text = (folder.partial / runs.PROGRESS).read_text()
+        saved, arrays = folder.load_progress({})
+    assert "NaN" not in text and json.loads(text)["history"]["val_loss"] == [None, 0.5]
+    back = runs.progress_from_saved(saved, arrays)
+    assert np.isnan(back.history["val_loss"][0]) and back.history["val_loss"][1] == 0.5

@@ -258,6 +258,26 @@ def test_train_rejects_bad_settings(tiny_model, tiny_params, random_split):
         training.train(tiny_model, tiny_params, empty, progress=False, log=None)
 
 
+def test_a_diverging_run_stops_at_the_epoch_whose_loss_is_not_finite(
+    tiny_model, tiny_params, signal_split
+):
+    """A learning rate of 1e30 is finite, but the loss is NaN from the first epoch on: the
+    run ends there, says what to try, and keeps no epoch (on_epoch is never called)."""
+    settings = TrainSettings(epochs=2, batch_size=16, learning_rate=1e30, crop_len=32)
+    kept = []
+    with pytest.raises(training.DivergedError, match="epoch 1: .*try a lower learning rate"):
+        training.train(
+            tiny_model,
+            tiny_params,
+            signal_split(64, seed=6),
+            settings,
+            progress=False,
+            log=None,
+            on_epoch=kept.append,
+        )
+    assert kept == []
+
+
 def test_token_dropout_takes_effect(tiny_model, tiny_params, signal_split):
     model, params = tiny_model, tiny_params
     split = signal_split(64, seed=9)

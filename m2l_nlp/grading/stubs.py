@@ -27,7 +27,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from m2l_nlp.fileio import write_text_atomic
+from m2l_nlp.fileio import write_json_atomic, write_text_atomic
 from m2l_nlp.impl import repo_root
 
 BEGIN = "# BEGIN SOLUTION"
@@ -179,7 +179,7 @@ def write_stubs(plan: dict[Path, str], exercises: Path, force: bool = False) -> 
     for path in stale:
         write_text_atomic(path, plan[path])
     record = {path.name: _sha256(text) for path, text in sorted(plan.items())}
-    write_text_atomic(exercises / RECORD, json.dumps(record, indent=2) + "\n")
+    write_json_atomic(exercises / RECORD, record)
     return stale
 
 
