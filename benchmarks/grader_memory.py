@@ -33,7 +33,8 @@ def send(kind, size):
     }
     if kind == "array":
         raw = b"\\0" * ((size - 100) * 3 // 4 // 8 * 8)
-        body = json.dumps({"d": {"ok": {"a": ["<f8", [len(raw) // 8], base64.b64encode(raw).decode()]}}})
+        array = ["<f8", [len(raw) // 8], base64.b64encode(raw).decode()]
+        body = json.dumps({"d": {"ok": {"a": array}}})
     elif kind == "nesting":
         depth = (size - 20) // 13
         body = '{"d":{"ok":' + '{"l":[' * depth + ']}' * depth + '}}'
