@@ -1,30 +1,43 @@
 """End to end: the Gradescope bundle installed in a fresh folder grades honest, partial, broken
-and hanging submissions, and the tricks that fooled the in-process grader earn nothing.
+and hanging submissions, and the tricks of a determined student earn nothing.
 
 As on Gradescope, ``setup.sh`` installs the library into the ``python3`` on ``PATH`` (here a
 virtual environment made from the system Python, in a folder every user can read) and
-``run_autograder`` grades ``$AUTOGRADER_ROOT/submission``. Run as root, student code runs as
-the unprivileged user ``nobody``.
+``run_autograder`` grades ``$AUTOGRADER_ROOT/submission``. Run as root (as CI runs), student
+code runs as the unprivileged user that ``setup.sh`` makes. Every submission but the honest
+one is graded in one batch, against one check of the reference (``graded`` below); each
+attack hands in practical 1 solved beside a hostile practical 2 (or the other way round),
+and its test checks that the honest practical kept its marks.
 """
 
 from __future__ import annotations
 
+import base64
+import gzip
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+import time
+import types
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from m2l_nlp.grading import expected
 from m2l_nlp.grading.bundle import autograder
+from m2l_nlp.grading.registry import load_exercises
+from m2l_nlp.grading.runner import run_check, stub_lines_of
+from m2l_nlp.impl import load_practical
 
 ROOT = Path(__file__).resolve().parent.parent
 P1, P2 = "practical1_baselines", "practical2_transformers"
 FULL = 170
+P1_POINTS, P2_POINTS = 70, 100
+ROOT_ONLY = os.geteuid() == 0  # file modes, links to root-only files and users need root
 
 pytestmark = pytest.mark.slow
 
@@ -75,9 +88,15 @@ def installed():
 
 
 def _stubs(folder: Path) -> None:
-    folder.mkdir(parents=True)
+    folder.mkdir(parents=True, exist_ok=True)
     for practical in (P1, P2):
         shutil.copy2(ROOT / "exercises" / f"{practical}.py", folder / f"{practical}.py")
+
+
+def _solved(folder: Path, *practicals: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for practical in practicals:
+        shutil.copy2(ROOT / "solutions" / f"{practical}.py", folder / f"{practical}.py")
 
 
 def _with(folder: Path, practical: str, extra: str) -> None:
@@ -85,8 +104,65 @@ def _with(folder: Path, practical: str, extra: str) -> None:
     path.write_text(path.read_text() + "\n" + extra)
 
 
-def _submissions(base: Path, results_file: Path) -> dict[str, Path]:
-    """The submissions graded below, by name (each a folder)."""
+def _replace(folder: Path, practical: str, old: str, new: str) -> None:
+    path = folder / f"{practical}.py"
+    text = path.read_text()
+    assert old in text, old
+    path.write_text(text.replace(old, new, 1))
+
+
+def _recorded_attention() -> str:
+    """The handout's recorded answers for `scaled_dot_product` (as `make handout` records
+    them, grading seed 0), gzipped and base64-encoded, as an attacker would embed them."""
+    ref = load_practical(P2, "solutions")
+    recorder = expected.Recorder(ref, stub_lines_of(ref))
+    exercise = load_exercises()["scaled_dot_product"]
+    for check in exercise.checks:
+        run_check(exercise, check, ref, recorder, [])
+    return base64.b64encode(gzip.compress(json.dumps(recorder.records).encode())).decode()
+
+
+# Answers from the handout's records where a question was recorded, uniform attention over
+# the visible keys elsewhere (what a property check alone cannot tell from the real thing).
+REPLAY = """
+import base64 as _b64, gzip as _gz, json as _json
+import jax as _jax, numpy as _np
+from m2l_nlp.grading.expected import NotRecorded as _NotRecorded, Replay as _Replay
+
+_REPLAY = _Replay(_json.loads(_gz.decompress(_b64.b64decode({data!r}))))
+_MISSING = object()
+
+
+def scaled_dot_product(q, k, v, mask=_MISSING):
+    args = (q, k, v) if mask is _MISSING else (q, k, v, mask)
+    shapes = (
+        _jax.ShapeDtypeStruct(q.shape[:-1] + v.shape[-1:], _np.float32),
+        _jax.ShapeDtypeStruct(q.shape[:-1] + k.shape[-2:-1], _np.float32),
+    )
+
+    def answer(*arrays):
+        arrays = [None if a is None else _np.asarray(a) for a in arrays]
+        try:
+            out, w = _REPLAY.scaled_dot_product(*arrays)
+        except _NotRecorded:
+            w = _np.ones(shapes[1].shape, _np.float32)
+            if len(arrays) == 4 and arrays[3] is not None:
+                w = w * (_np.broadcast_to(arrays[3], w.shape) != 0)
+            w = w / _np.maximum(w.sum(-1, keepdims=True), 1)
+            out = w @ arrays[2]
+        return _np.asarray(out, _np.float32), _np.asarray(w, _np.float32)
+
+    return _jax.pure_callback(answer, shapes, *args)
+"""
+
+
+def _notebook(cells: object, metadata: object = None) -> str:
+    return json.dumps({"cells": cells, "metadata": metadata or {}, "nbformat": 4})
+
+
+def _submissions(base: Path, root: Path) -> dict[str, Path]:
+    """The submissions of the batch, by name (each a folder). ``root``: the autograder's."""
+    results_file = root / "results" / "results.json"
     made: dict[str, Path] = {}
     base.mkdir(parents=True)
 
@@ -94,10 +170,8 @@ def _submissions(base: Path, results_file: Path) -> dict[str, Path]:
         made[name] = base / name
         return made[name]
 
-    honest = new("honest")
-    honest.mkdir()
-    for practical in (P1, P2):
-        shutil.copy2(ROOT / "solutions" / f"{practical}.py", honest / f"{practical}.py")
+    honest = base / "honest"
+    _solved(honest, P1, P2)
 
     partial = new("partial_in_exercises_folder") / "exercises"  # the repository's layout
     shutil.copytree(honest, partial)
@@ -111,20 +185,26 @@ def _submissions(base: Path, results_file: Path) -> dict[str, Path]:
     shutil.copy2(ROOT / "notebooks" / f"{P1}_solved.ipynb", notebooks / f"{P1}.ipynb")
     shutil.copy2(ROOT / "notebooks" / f"{P2}.ipynb", notebooks / f"Copy of {P2}.ipynb")
 
+    # The exact name wins over a copy (here the solved one, renamed): that is the one graded.
+    copies = new("notebook_beside_a_copy")
+    _solved(copies, P1)
+    shutil.copy2(ROOT / "notebooks" / f"{P2}.ipynb", copies / f"{P2}.ipynb")
+    shutil.copy2(ROOT / "notebooks" / f"{P2}_solved.ipynb", copies / f"Copy of {P2}.ipynb")
+
     syntax = new("syntax_error")
     shutil.copytree(honest, syntax)
     _with(syntax, P2, "def broken(:\n    pass\n")
 
     hang = new("hang")
     shutil.copytree(honest, hang)
-    path = hang / f"{P1}.py"
-    path.write_text(
-        path.read_text().replace(
-            "def fit_idf(", "def fit_idf(*_):\n    while True:\n        pass\n\n\ndef _unused(", 1
-        )
+    _replace(
+        hang,
+        P1,
+        "def fit_idf(",
+        "def fit_idf(*_):\n    while True:\n        pass\n\n\ndef _unused(",
     )
 
-    # The tricks, each on top of the untouched stubs (no work done).
+    # The tricks of earlier graders, each on top of the untouched stubs (no work done).
     trick = new("import_solutions")
     _stubs(trick)
     _with(trick, P2, "from solutions.practical2_transformers import *  # noqa\n")
@@ -134,8 +214,7 @@ def _submissions(base: Path, results_file: Path) -> dict[str, Path]:
         trick,
         P2,
         "import importlib.util as _u, os as _os\n"
-        f"_p = _os.path.join({str(results_file.parent.parent)!r}, 'source', 'solutions', "
-        f"'{P2}.py')\n"
+        f"_p = _os.path.join({str(root)!r}, 'source', 'solutions', '{P2}.py')\n"
         "_s = _u.spec_from_file_location('_ref', _p)\n_m = _u.module_from_spec(_s)\n"
         "_s.loader.exec_module(_m)\nglobals().update({k: v for k, v in vars(_m).items() "
         "if not k.startswith('__')})\n",
@@ -175,22 +254,19 @@ def _submissions(base: Path, results_file: Path) -> dict[str, Path]:
     )
     trick = new("borrow_from_stack")
     _stubs(trick)
-    path = trick / f"{P2}.py"
-    text = path.read_text()
-    path.write_text(
-        text.replace(
-            "def scaled_dot_product(",
-            "def scaled_dot_product(q, k, v, mask=None):\n"
-            "    import inspect\n"
-            "    for info in inspect.stack():\n"
-            "        for value in list(info.frame.f_locals.values()):\n"
-            "            ref = getattr(value, 'ref', None)\n"
-            "            if ref is not None:\n"
-            "                return ref.scaled_dot_product(q, k, v, mask)\n"
-            "    raise RuntimeError('no reference on the stack')\n\n\n"
-            "def _stub_scaled_dot_product(",
-            1,
-        )
+    _replace(
+        trick,
+        P2,
+        "def scaled_dot_product(",
+        "def scaled_dot_product(q, k, v, mask=None):\n"
+        "    import inspect\n"
+        "    for info in inspect.stack():\n"
+        "        for value in list(info.frame.f_locals.values()):\n"
+        "            ref = getattr(value, 'ref', None)\n"
+        "            if ref is not None:\n"
+        "                return ref.scaled_dot_product(q, k, v, mask)\n"
+        "    raise RuntimeError('no reference on the stack')\n\n\n"
+        "def _stub_scaled_dot_product(",
     )
     trick = new("conftest")
     _stubs(trick)
@@ -199,83 +275,401 @@ def _submissions(base: Path, results_file: Path) -> dict[str, Path]:
         "def pytest_runtest_makereport(item, call):\n"
         "    outcome = yield\n    outcome.get_result().outcome = 'passed'\n"
     )
+
+    # The submission is data: links, special files and sizes (practical 1 solved beside).
+    attack = new("symlinked_exercises_folder")  # the one-symlink submission, and practical 1
+    _solved(attack, P1)
+    (attack / "exercises").symlink_to(root / "source" / "solutions")
+    attack = new("symlink_to_a_root_only_file")
+    _solved(attack, P1)
+    (attack / f"{P2}.py").symlink_to(root / "source" / "secret.txt")
+    attack = new("hard_link_to_the_solutions")
+    _solved(attack, P1)
+    os.link(root / "source" / "solutions" / f"{P2}.py", attack / f"{P2}.py")
+    attack = new("fifo")
+    _solved(attack, P1)
+    os.mkfifo(attack / f"{P2}.py")
+    attack = new("sparse_huge_file")
+    _solved(attack, P1)
+    with open(attack / f"{P2}.py", "wb") as handle:
+        handle.truncate(64 << 30)  # 64 GiB that take no disk
+    for name, text in (
+        (
+            "notebook_malformed_metadata",
+            _notebook([{"cell_type": "code", "metadata": [1], "source": "x = 1"}]),
+        ),
+        ("notebook_deep_nesting", '{"cells": ' + "[" * 100_000 + "]" * 100_000 + "}"),
+        (
+            "notebook_nul_byte",
+            _notebook([{"cell_type": "code", "metadata": {}, "source": "x = 1\0"}]),
+        ),
+        ("notebook_cells_not_a_list", _notebook({"a": 1})),
+    ):
+        attack = new(name)
+        _solved(attack, P1)
+        (attack / f"{P2}.ipynb").write_text(text)
+
+    # The questions: answers recorded from the handout, with fake attention elsewhere.
+    attack = new("replayed_answers")
+    _solved(attack, P1)
+    shutil.copy2(ROOT / "exercises" / f"{P2}.py", attack / f"{P2}.py")
+    _with(attack, P2, REPLAY.format(data=_recorded_attention()))
+    # The grading package's own helpers, imported (they once computed two answers).
+    attack = new("grading_helpers")
+    _solved(attack, P1)
+    shutil.copy2(ROOT / "exercises" / f"{P2}.py", attack / f"{P2}.py")
+    _with(
+        attack,
+        P2,
+        "from m2l_nlp.grading.practical2.positional import _closed_form\n"
+        "def sinusoidal_encoding(max_len, d_model):\n"
+        "    return _closed_form(max_len, d_model).astype('float32')\n",
+    )
+
+    # The process: every wait has a deadline, every stop costs its exercise only.
+    attack = new("dies_at_import")
+    _solved(attack, P1)
+    (attack / f"{P2}.py").write_text("import os\nos._exit(3)\n")
+    attack = new("stops_reading_its_pipe")  # in practical 1's tfidf only; the rest solved
+    _solved(attack, P1, P2)
+    _replace(
+        attack,
+        P1,
+        "def fit_idf(",
+        "def fit_idf(*args):\n"
+        "    import fcntl, sys, time\n"
+        "    import m2l_nlp.grading.wire as w\n"
+        "    fcntl.fcntl(int(sys.argv[1]), 1031, 4096)  # F_SETPIPE_SZ: the smallest buffer\n"
+        "    w.receive = lambda fd: time.sleep(1e9)  # and never read it again\n"
+        "    return _fit_idf(*args)\n\n\n"
+        "def _fit_idf(",
+    )
+    attack = new("stall_inside_a_hint")  # the feed-forward's hint asks for rate 0 in eval
+    _solved(attack, P1, P2)
+    _replace(
+        attack,
+        P2,
+        "class PositionwiseFeedForward(hk.Module):",
+        "class PositionwiseFeedForward(hk.Module):\n"
+        "    def __new__(cls, *args, **kwargs):\n"
+        "        import os, pathlib, time\n"
+        "        p = args[2] if len(args) > 2 else kwargs.get('p_dropout')\n"
+        "        stalled = pathlib.Path(os.environ['HOME'], 'stalled')  # once only\n"
+        "        if p == 0.0 and not stalled.exists():\n"
+        "            stalled.touch()\n"
+        "            time.sleep(1e9)\n"
+        "        return super().__new__(cls)\n",
+    )
+    attack = new("huge_reply")  # practical 2's masked_pool: a reply of 64 MiB, written raw
+    _solved(attack, P1, P2)
+    _replace(
+        attack,
+        P2,
+        "def masked_pool(",
+        "def masked_pool(*args):\n"
+        "    import os, sys, time\n"
+        "    payload = b'[' + b'0,' * (32 << 20) + b'0]'\n"
+        "    os.write(int(sys.argv[2]), len(payload).to_bytes(8, 'big') + payload)\n"
+        "    time.sleep(1e9)\n\n\n"
+        "def _masked_pool(",
+    )
+    attack = new("escapes_and_changes_pid")  # at import: a double fork, a new pid every 0.1 s
+    _solved(attack, P1, P2)
+    _with(
+        attack,
+        P1,
+        "import os as _os, time as _t\n"
+        "if _os.fork() == 0:\n"
+        "    _os.setsid()\n"
+        "    if _os.fork() == 0:\n"
+        "        while True:\n"
+        "            if _os.fork() != 0:\n"
+        "                _os._exit(0)\n"
+        "            _t.sleep(0.1)\n"
+        "    _os._exit(0)\n",
+    )
+    attack = new("submission_is_a_file")  # in a batch, one submission's loss is its own
+    attack.write_text("not a folder\n")
     return made
 
 
-def test_gradescope_bundle_grades_and_resists_tricks(installed, tmp_path):
-    root, env = installed
-    results_file = root / "results" / "results.json"
-    cases = _submissions(tmp_path / "cases", results_file)
-    submission = root / "submission"
-    shutil.copytree(cases["honest"], submission)
+def _student_user(env: dict[str, str]) -> str:
+    return env.get("M2L_GRADER_USER") or "m2l-student"
 
-    run = subprocess.run(
+
+def _processes_of(user: str) -> set[int]:
+    try:
+        uid = int(subprocess.run(["id", "-u", user], capture_output=True, text=True).stdout)
+    except ValueError:
+        return set()
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and (entry / "status").read_text().count(f"Uid:\t{uid}\t"):
+                pids.add(int(entry.name))
+        except OSError:
+            continue
+    return pids
+
+
+@pytest.fixture(scope="module")
+def graded(installed, tmp_path_factory):
+    """Results by name, the honest run and the batch run, and what they ran in: the honest
+    submission
+    through ``run_autograder`` as on Gradescope, then every other case in one batch (the
+    reference is checked once for all), with a process of the student's user that the
+    grader did not start (it must live on)."""
+    root, env = installed
+    tmp_path = tmp_path_factory.mktemp("graded")
+    results_file = root / "results" / "results.json"
+    if ROOT_ONLY:
+        (root / "source" / "secret.txt").write_text("TOP-SECRET-7d1f\n")
+        (root / "source" / "secret.txt").chmod(0o600)
+    cases = _submissions(tmp_path / "cases", root)
+    shutil.copytree(tmp_path / "cases" / "honest", root / "submission")
+
+    honest = subprocess.run(
         [str(root / "run_autograder")], env=env, capture_output=True, text=True, timeout=600
     )
-    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    honest = json.loads(results_file.read_text())
-    assert honest["score"] == FULL
-    assert [t["score"] for t in honest["tests"]] == [t["max_score"] for t in honest["tests"]]
-    assert "170 / 170" in run.stdout  # the terminal says what the file says
+    results = {"honest": json.loads(results_file.read_text())}
 
-    # Every other case in one run of the grader (the reference is checked once for all). A
-    # trick that writes results.json targets the real results file, as it would on Gradescope.
+    bystander = None
+    if ROOT_ONLY:
+        bystander = subprocess.Popen(["runuser", "-u", _student_user(env), "--", "sleep", "900"])
     pairs = []
     for name, folder in cases.items():
-        if name == "honest":
-            continue
         target = results_file if name == "rewrite_results" else tmp_path / f"{name}.json"
         pairs += [str(folder), str(target)]
-    graded = subprocess.run(
-        [
-            sys.executable if os.geteuid() != 0 else "python3",
-            "-m",
-            "m2l_nlp.grading.trusted",
-            *pairs,
-        ],
+    start = time.monotonic()
+    batch = subprocess.run(
+        [sys.executable if not ROOT_ONLY else "python3", "-m", "m2l_nlp.grading.trusted", *pairs],
         env={**env, "M2L_ROOT": str(root / "source")},
         cwd=root / "source",
         capture_output=True,
         text=True,
-        timeout=900,
+        timeout=1500,
     )
-    assert graded.returncode == 0, graded.stdout[-3000:] + graded.stderr[-3000:]
-
-    def result(name: str) -> dict:
+    batch.seconds = time.monotonic() - start
+    for name in cases:
         path = results_file if name == "rewrite_results" else tmp_path / f"{name}.json"
-        return json.loads(path.read_text())
+        results[name] = json.loads(path.read_text()) if path.exists() else None
+    for name, data in results.items():  # shown with `pytest -s`: the table in the closing note
+        score = "no results" if data is None else f"{data.get('score', 0):>5g} / {FULL}"
+        print(f"{name:30s} {score}")
+    try:
+        yield types.SimpleNamespace(
+            results=results,
+            honest=honest,
+            batch=batch,
+            root=root,
+            env=env,
+            cases=cases,
+            bystander=bystander,
+        )
+    finally:
+        if bystander is not None:
+            bystander.kill()
+            bystander.wait()
 
-    def by_test(data: dict) -> dict[str, dict]:
-        return {t["name"]: t for t in data["tests"]}
 
-    for name in cases:  # shown with `pytest -s`: the table in the closing note
-        data = result(name) if name != "honest" else honest
-        sdp = by_test(data).get("scaled_dot_product", {}).get("output", "")
-        print(f"{name:28s} {data['score']:>3g} / {FULL}  sdp: {sdp.splitlines()[0][:100]}")
+def _tests(data: dict) -> dict[str, dict]:
+    return {t["name"]: t for t in data["tests"]}
 
-    partial = by_test(result("partial_in_exercises_folder"))
+
+def _points(data: dict, practical: str) -> float:
+    exercises = load_exercises()
+    return sum(t["score"] for t in data["tests"] if exercises[t["name"]].practical == practical)
+
+
+def _practical_refused(data: dict, words: str) -> None:
+    """Practical 2 scores 0 with ``words`` in its messages; practical 1 keeps its 70."""
+    assert _points(data, P1) == P1_POINTS, data
+    assert _points(data, P2) == 0, data
+    assert words in _tests(data)["scaled_dot_product"]["output"], data
+
+
+def test_the_honest_submission_earns_every_point_through_run_autograder(graded):
+    results, honest = graded.results, graded.honest
+    assert honest.returncode == 0, honest.stdout[-3000:] + honest.stderr[-3000:]
+    data = results["honest"]
+    assert data["score"] == FULL
+    assert [t["score"] for t in data["tests"]] == [t["max_score"] for t in data["tests"]]
+    assert "170 / 170" in honest.stdout  # the log says what the file says
+    assert data["stdout_visibility"] == "hidden" and data["extra_data"]["seed"] > 0
+
+
+def test_the_batch_ends_well_and_writes_every_results_file(graded):
+    results, batch = graded.results, graded.batch
+    assert batch.returncode == 0, batch.stdout[-3000:] + batch.stderr[-3000:]
+    assert "Traceback" not in json.dumps(results)
+    assert all(data is not None and "score" in data for data in results.values())
+
+
+def test_partial_notebook_and_broken_submissions_get_their_own_marks(graded):
+    results = graded.results
+    partial = _tests(results["partial_in_exercises_folder"])
     assert partial["multi_hot"]["score"] == 0 and partial["scaled_dot_product"]["score"] == 0
     assert "without dividing the scores" in partial["scaled_dot_product"]["output"]
     assert "fix that first" in partial["multihead_attention"]["output"]
     assert partial["tfidf"]["score"] == partial["tfidf"]["max_score"]
-
-    assert result("notebooks")["score"] == 70  # practical 1 solved, practical 2 not started
-
-    syntax = result("syntax_error")
-    assert syntax["score"] == 70 and "syntax error" in syntax["output"]
-
-    hang = by_test(result("hang"))
+    assert results["notebooks"]["score"] == P1_POINTS  # practical 2 not started
+    assert f"graded Copy of {P2}.ipynb" in results["notebooks"]["output"]
+    syntax = results["syntax_error"]
+    assert syntax["score"] == P1_POINTS and "syntax error" in syntax["output"]
+    hang = _tests(results["hang"])
     assert hang["tfidf"]["score"] == 0 and "stopped after" in hang["tfidf"]["output"]
     assert sum(t["score"] for t in hang.values()) == FULL - hang["tfidf"]["max_score"]
 
-    for trick in (
+
+def test_the_notebook_named_exactly_wins_over_a_copy(graded):
+    data = graded.results["notebook_beside_a_copy"]
+    assert data["score"] == P1_POINTS  # the exact name holds the stubs; the copy is solved
+    assert f"graded {P2}.ipynb" in data["output"] and f"Copy of {P2}.ipynb" in data["output"]
+
+
+@pytest.mark.parametrize(
+    "trick",
+    [
         "import_solutions",
-        "read_solutions_by_path" if os.geteuid() == 0 else None,  # file modes need root
+        "read_solutions_by_path",
         "replace_run_check",
         "replace_outcome",
         "rewrite_results",
         "borrow_from_stack",
         "conftest",
-    ):
-        if trick is not None:
-            assert result(trick)["score"] == 0, (trick, result(trick))
+    ],
+)
+def test_tricks_on_the_stubs_earn_nothing(graded, trick):
+    if trick == "read_solutions_by_path" and not ROOT_ONLY:
+        pytest.skip("the solutions are root's only when the grader is root")
+    assert graded.results[trick]["score"] == 0, graded.results[trick]
+
+
+@pytest.mark.skipif(not ROOT_ONLY, reason="links to root's files need root")
+def test_a_submission_that_is_one_symlink_earns_nothing_from_it(graded):
+    _practical_refused(graded.results["symlinked_exercises_folder"], "symbolic link")
+
+
+@pytest.mark.skipif(not ROOT_ONLY, reason="a root-only file needs root")
+def test_a_symlink_to_a_root_only_file_is_never_read(graded):
+    data = graded.results["symlink_to_a_root_only_file"]
+    _practical_refused(data, "symbolic link")
+    assert "TOP-SECRET" not in json.dumps(data)
+
+
+@pytest.mark.skipif(not ROOT_ONLY, reason="a link to root's solutions needs root")
+def test_a_hard_link_to_the_solutions_is_refused(graded):
+    _practical_refused(graded.results["hard_link_to_the_solutions"], "link")
+
+
+def test_a_fifo_and_a_huge_sparse_file_are_refused_unread(graded):
+    _practical_refused(graded.results["fifo"], "not a regular file")
+    _practical_refused(graded.results["sparse_huge_file"], "larger than")
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "notebook_malformed_metadata",
+        "notebook_deep_nesting",
+        "notebook_nul_byte",
+        "notebook_cells_not_a_list",
+    ],
+)
+def test_a_hostile_notebook_costs_its_own_practical_only(graded, name):
+    _practical_refused(graded.results[name], "is not a readable notebook")
+
+
+def test_answers_recorded_from_the_handout_earn_nothing(graded):
+    """The grader draws its questions from a fresh seed: the handout's records answer none,
+    and the fake attention they fell back on fails the comparisons with the reference."""
+    data = graded.results["replayed_answers"]
+    assert _points(data, P1) == P1_POINTS and _points(data, P2) == 0, data
+    assert "mismatch with the reference" in _tests(data)["scaled_dot_product"]["output"]
+
+
+def test_the_grading_package_holds_no_answer_to_import(graded):
+    data = graded.results["grading_helpers"]
+    _practical_refused(data, "ImportError")
+
+
+def test_a_worker_that_dies_at_import_costs_its_practical_only(graded):
+    _practical_refused(graded.results["dies_at_import"], "exit status 3")
+
+
+def test_a_worker_that_stops_reading_costs_that_exercise_only(graded):
+    tests = _tests(graded.results["stops_reading_its_pipe"])
+    assert tests["tfidf"]["score"] == 0 and "stopped after" in tests["tfidf"]["output"]
+    assert sum(t["score"] for t in tests.values()) == FULL - tests["tfidf"]["max_score"]
+
+
+def test_a_stall_inside_a_hint_costs_that_exercise_only(graded):
+    """Once the checks caught the stop and every later exercise met a closed pipe."""
+    tests = _tests(graded.results["stall_inside_a_hint"])
+    ffn = tests["positionwise_feed_forward"]
+    assert ffn["score"] == 0 and "stopped after" in ffn["output"]
+    assert sum(t["score"] for t in tests.values()) == FULL - ffn["max_score"]
+
+
+def test_a_reply_over_the_limit_costs_that_exercise_only(graded):
+    tests = _tests(graded.results["huge_reply"])
+    assert tests["classifier"]["score"] == 0 and "over the limit" in tests["classifier"]["output"]
+    assert sum(t["score"] for t in tests.values()) == FULL - tests["classifier"]["max_score"]
+
+
+@pytest.mark.skipif(not ROOT_ONLY, reason="a user of its own for student code needs root")
+def test_cleanup_kills_what_student_code_started_and_nothing_else(graded):
+    assert graded.results["escapes_and_changes_pid"]["score"] == FULL
+    assert graded.bystander.poll() is None  # the user's process the grader did not start
+    assert _processes_of(_student_user(graded.env)) == {graded.bystander.pid}
+
+
+def test_in_a_batch_each_results_file_is_its_own(graded):
+    results = graded.results
+    assert "not a folder" in results["submission_is_a_file"]["output"]
+    assert results["submission_is_a_file"]["score"] == 0
+    assert results["hang"]["score"] == FULL - 10 and results["notebooks"]["score"] == P1_POINTS
+
+
+def test_the_grade_is_reproduced_from_its_seed(graded, tmp_path):
+    """The seed in a results file grades the submission again to the same verdicts."""
+    first = graded.results["partial_in_exercises_folder"]
+    seed = first["extra_data"]["seed"]
+    again = tmp_path / "again.json"
+    run = subprocess.run(
+        [
+            sys.executable if not ROOT_ONLY else "python3",
+            "-m",
+            "m2l_nlp.grading.trusted",
+            "--seed",
+            str(seed),
+            str(graded.cases["partial_in_exercises_folder"]),
+            str(again),
+        ],
+        env={**graded.env, "M2L_ROOT": str(graded.root / "source")},
+        cwd=graded.root / "source",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    second = json.loads(again.read_text())
+    assert second["tests"] == first["tests"] and second["extra_data"]["seed"] == seed
+
+
+def test_no_user_to_run_student_code_is_said_in_the_results(installed, tmp_path):
+    root, env = installed
+    if not ROOT_ONLY:
+        pytest.skip("the grader drops to another user only as root")
+    _solved(tmp_path / "submission", P1)
+    out = tmp_path / "results.json"
+    run = subprocess.run(
+        ["python3", "-m", "m2l_nlp.grading.trusted", str(tmp_path / "submission"), str(out)],
+        env={**env, "M2L_ROOT": str(root / "source"), "M2L_GRADER_USER": "no-such-user-m2l"},
+        cwd=root / "source",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert "no user no-such-user-m2l" in json.loads(out.read_text())["output"]

@@ -110,6 +110,20 @@ def descendants(keep: set[int] = frozenset()) -> set[int]:
     return found
 
 
+def reap_orphans(keep: set[int]) -> None:
+    """Reap the ended children of this process but ``keep`` (the workers whose exit status
+    is still to be read): processes that left a worker are adopted here
+    (:func:`become_subreaper`), and each that ends would otherwise stay a zombie, counted
+    against its user's process limit, until the submission is over."""
+    for pid in _children().get(os.getpid(), []):
+        if pid in keep:
+            continue
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
 def kill_descendants(keep: set[int] = frozenset(), rounds: int = 200) -> int:
     """Kill every process below this one but ``keep`` (and theirs), again until none is
     left: a process that forks while being killed leaves a child for the next round, and

@@ -47,6 +47,7 @@ from m2l_nlp.grading.remote import (
     become_subreaper,
     check_workers_start,
     kill_descendants,
+    reap_orphans,
     unprivileged_user,
 )
 from m2l_nlp.grading.report import results_json, score_table
@@ -220,6 +221,7 @@ def grade_practical(
                 err = caught
             finally:
                 reference.worker.pauses = None
+                reap_orphans({w.process.pid for w in (worker, reference.worker) if w})
             deadline = worker.deadline if worker is not None else deadline  # pauses moved it
             status, message = outcome(err, {str(path)})
             checks.append(CheckResult(ex.name, chk.name, status, _own_words(message, folder)))

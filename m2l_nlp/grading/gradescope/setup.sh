@@ -2,7 +2,9 @@
 # Gradescope runs this once, as root, while it builds the autograder image (the bundle made by
 # `make autograder` is unpacked in $AUTOGRADER_ROOT/source). It installs the course library
 # (not editable) into the `python3` found on PATH, where every user can read it, and makes
-# the reference solutions readable by root only: student code runs as an unprivileged user.
+# the reference solutions readable by root only: student code runs as an unprivileged user of
+# its own, m2l-student (created here if the image lacks it), so that the limits on its
+# processes count nothing else.
 set -euo pipefail
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 SOURCE="$ROOT/source"
@@ -17,5 +19,10 @@ if python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-package
   python3 -c 'import sys; sys.exit(sys.prefix != sys.base_prefix)' && BREAK="--break-system-packages"
 fi
 python3 -m pip install -q $BREAK "$SOURCE"
+if ! id m2l-student >/dev/null 2>&1; then
+  useradd --system --no-create-home --shell /usr/sbin/nologin m2l-student 2>/dev/null ||
+    adduser --system --no-create-home m2l-student >/dev/null 2>&1 ||
+    echo "could not create the user m2l-student: student code will run as nobody"
+fi
 chmod -R go-rwx "$SOURCE/solutions"
 python3 -c 'import m2l_nlp.grading.trusted' && echo "m2l-nlp autograder installed"
