@@ -397,9 +397,13 @@ def _student_user(env: dict[str, str]) -> str:
     return env.get("M2L_GRADER_USER") or "m2l-student"
 
 
+def _id(user: str, flag: str) -> str:
+    return subprocess.run(["id", flag, user], capture_output=True, text=True).stdout.strip()
+
+
 def _processes_of(user: str) -> set[int]:
     try:
-        uid = int(subprocess.run(["id", "-u", user], capture_output=True, text=True).stdout)
+        uid = int(_id(user, "-u"))
     except ValueError:
         return set()
     pids = set()
@@ -435,7 +439,8 @@ def graded(installed, tmp_path_factory):
 
     bystander = None
     if ROOT_ONLY:
-        bystander = subprocess.Popen(["runuser", "-u", _student_user(env), "--", "sleep", "900"])
+        uid, gid = (int(_id(_student_user(env), flag)) for flag in ("-u", "-g"))
+        bystander = subprocess.Popen(["sleep", "900"], user=uid, group=gid, extra_groups=[])
     pairs = []
     for name, folder in cases.items():
         target = results_file if name == "rewrite_results" else tmp_path / f"{name}.json"
@@ -563,7 +568,7 @@ def test_a_hard_link_to_the_solutions_is_refused(graded):
 
 
 def test_a_fifo_and_a_huge_sparse_file_are_refused_unread(graded):
-    _practical_refused(graded.results["fifo"], "not a regular file")
+    _practical_refused(graded.results["fifo"], "named pipe (FIFO)")
     _practical_refused(graded.results["sparse_huge_file"], "larger than")
 
 

@@ -121,6 +121,12 @@ def claim_a_huge_reply(x):  # a header that promises 64 MiB, then nothing
     time.sleep(1e9)
 
 
+def limits(x):
+    import resource
+
+    return [resource.getrlimit(getattr(resource, n)) for n in ("RLIMIT_AS", "RLIMIT_NPROC")]
+
+
 def escape(x):  # a double fork out of the worker's session, then a new pid every 10 ms
     if os.fork() == 0:
         os.setsid()
@@ -360,6 +366,19 @@ def test_processes_that_escape_the_worker_are_killed_and_nothing_else(student_fi
     assert _tagged(tag) == []
 
 
+def test_student_workers_run_with_bounded_memory_and_processes(student_file):
+    """Soft and hard limits alike: student code cannot raise them again."""
+    from m2l_nlp.grading import worker as worker_module
+
+    worker = _worker(student_file, {worker_module.LIMITS_ENV: "1"})
+    try:
+        memory, processes = RemoteNamespace(worker).limits(0)
+    finally:
+        worker.kill()
+    assert memory == (worker_module.MEMORY_BYTES,) * 2
+    assert processes == (worker_module.PROCESSES,) * 2
+
+
 def test_a_worker_that_dies_at_import_costs_its_practical_only(tmp_path):
     from m2l_nlp.grading import trusted
 
@@ -431,3 +450,24 @@ def test_handout_records_round_trip_through_a_file(tmp_path):
     assert replay.add(np.float32(1), np.float32(2)) == 3
     with pytest.raises(FileNotFoundError, match="make handout"):
         expected.load("practical_y", tmp_path)
+
+
+# -------------------------------------------------------------------- what student code reads
+
+
+def test_no_module_of_the_library_defines_what_an_exercise_asks_for():
+    """The installed package is readable by the student's process: none of its modules may
+    define an exercise's function or class (the checks ask the reference's process instead,
+    and the library takes the components from solutions/ or exercises/)."""
+    import ast
+
+    from m2l_nlp.grading.registry import load_exercises
+
+    targets = {t for ex in load_exercises().values() for t in ex.targets}
+    found = []
+    for path in sorted((ROOT / "m2l_nlp").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            defined = isinstance(node, (ast.FunctionDef, ast.ClassDef))
+            if defined and node.name.lstrip("_") in targets:
+                found.append(f"{path.relative_to(ROOT)}: {node.name}")
+    assert targets and found == []

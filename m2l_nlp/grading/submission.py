@@ -32,7 +32,6 @@ SETUP_CELL = Path(__file__).parent.parent / "setup_cell.py"  # the notebooks' se
 
 MAX_FILE_BYTES = 20 * 2**20  # one practical's file or notebook (st_size, before reading it)
 MAX_ENTRIES = 2_000  # files, folders and anything else walked in the whole submission
-MAX_TOTAL_BYTES = 100 * 2**20  # all regular files of the submission together (st_size)
 MAX_DEPTH = 16  # folders inside folders; also bounds the descriptors held open while walking
 MAX_NOTES = 5  # other candidates named in a practical's notes; the rest are counted
 
@@ -245,7 +244,6 @@ class _Tree:
     def __init__(self, folder: Path) -> None:
         self.entries: dict[tuple[str, ...], _Entry] = {}
         self.unwalked: dict[tuple[str, ...], str] = {}  # folders not walked, and why
-        self._total = 0
         try:
             st = os.lstat(folder)
         except OSError as err:
@@ -290,14 +288,9 @@ class _Tree:
                     continue  # gone since it was listed: as if it had never been there
                 entry = _Entry.of((*parts, item.name), st)
                 self.entries[entry.parts] = entry
-                if entry.is_file():
-                    self._total += entry.size
-                    if self._total > MAX_TOTAL_BYTES:
-                        raise SubmissionError(
-                            f"the submission's files hold more than {MAX_TOTAL_BYTES // _MIB} "
-                            "MiB: hand in only the practicals' .py files or notebooks"
-                        )
-                elif entry.is_dir() and not _hidden(item.name):
+                # Files are only listed here: what is read is a practical's candidate, each
+                # under MAX_FILE_BYTES, so other large (or sparse) files cost nothing.
+                if entry.is_dir() and not _hidden(item.name):
                     folders.append(entry)  # a hidden one (.git, .venv) is never looked into
         for folder in folders:
             if len(folder.parts) > MAX_DEPTH:
@@ -504,7 +497,7 @@ def find_practicals(folder: Path, practicals: list[str]) -> dict[str, Found]:
 
     Raises :class:`SubmissionError` when the submission as a whole cannot be read: the folder
     is a link or not a folder, or it is over a cap (``MAX_ENTRIES`` names, ``MAX_DEPTH``
-    nested folders, ``MAX_TOTAL_BYTES`` of files)."""
+    nested folders)."""
     tree = _Tree(Path(folder))
     try:
         return {practical: _find(tree, practical) for practical in practicals}
