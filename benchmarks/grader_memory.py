@@ -23,7 +23,7 @@ from pathlib import Path
 
 KINDS = ("array", "ints", "floats", "strings", "lists", "dicts", "tiny_arrays", "nesting")
 
-STUDENT = '''
+STUDENT = """
 import base64, json, os, sys, time
 
 def send(kind, size):
@@ -44,7 +44,7 @@ def send(kind, size):
     data = body.encode()
     os.write(int(sys.argv[2]), len(data).to_bytes(8, "big") + data)
     time.sleep(1e9)
-'''
+"""
 
 
 def peak_mib() -> float:

@@ -3,6 +3,7 @@ reference's recorded answers, with the same messages as the full repository."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -17,6 +18,17 @@ ROOT = Path(__file__).resolve().parent.parent
 PRACTICALS = ("practical1_baselines", "practical2_transformers")
 
 pytestmark = pytest.mark.slow
+
+
+def _hidden_names() -> list[str]:
+    """The course's hidden exercises, read in a process of their own (once imported, they
+    stay registered)."""
+    code = (
+        "from m2l_nlp.grading.registry import load_hidden\n"
+        "print('\\n'.join(load_hidden()))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return out.stdout.split()
 
 
 def _grade(folder: Path, tmp_path: Path, name: str) -> tuple[dict, str]:
@@ -54,13 +66,22 @@ def test_handout_grades_without_solutions(tmp_path):
 
     out = handout(tmp_path / "handout", ROOT)
     assert (out / HANDOUT_MARK).is_file() and not (out / "solutions").exists()
+    hidden = _hidden_names()
+    assert hidden  # the course has hidden checks, and nothing in the handout names them
+    for path in out.rglob("*"):
+        if path.is_file():
+            text = path.read_bytes()
+            if path.suffix == ".gz":
+                text = gzip.decompress(text)
+            assert not any(name.encode() in text for name in hidden), path
+    assert "[hidden.points]\npractical2_transformers = 10" in (out / "grading.toml").read_text()
     assert not list(out.glob("notebooks/*_solved.ipynb"))
     for practical in PRACTICALS:
         assert (out / "m2l_nlp" / "grading" / "expected" / f"{practical}.json.gz").is_file()
 
     stubs, _ = _grade(out, tmp_path, "stubs")
     assert stubs["score"] == 0
-    assert all(t["output"].startswith("not started") for t in stubs["tests"])
+    assert all(t["output"].startswith("**not started**") for t in stubs["tests"])
 
     for practical in PRACTICALS:  # the student's file in place of the stub
         text = (ROOT / "solutions" / f"{practical}.py").read_text()
@@ -74,3 +95,4 @@ def test_handout_grades_without_solutions(tmp_path):
     assert "fix that first" in tests["multihead_attention"]["output"]  # its own sdp is used
     assert tests["positional_encoding"]["score"] == tests["positional_encoding"]["max_score"]
     assert f"{graded['score']:g} / 170" in terminal
+    assert "10 more points are graded by the autograder only" in terminal

@@ -34,7 +34,7 @@ from m2l_nlp.impl import repo_root
 
 GRADESCOPE = Path(__file__).with_name("gradescope")
 HANDOUT_MARK = ".m2l-handout"  # a folder with this file was written by `make handout`
-AUTOGRADER_PARTS = ("pyproject.toml", "README.md", "m2l_nlp/", "solutions/")
+AUTOGRADER_PARTS = ("pyproject.toml", "README.md", "grading.toml", "m2l_nlp/", "solutions/")
 HANDOUT_LEFT_OUT = ("solutions/", ".ci/", "benchmarks/", "tests/", "docs/")
 HANDOUT_KEPT_TESTS = ("tests/conftest.py", "tests/graded/")
 
@@ -74,6 +74,7 @@ def autograder(out: Path, root: Path | None = None) -> Path:
     root = root or repo_root()
     if not (root / "solutions").is_dir():
         raise BundleError(f"{root} has no solutions/: build the autograder from the full repo")
+    _checked_settings(root)
     names = [n for n in tracked_files(root) if _in(n, AUTOGRADER_PARTS)]
     with atomic_file(out) as handle, zipfile.ZipFile(handle, "w", zipfile.ZIP_DEFLATED) as zf:
         for script in ("setup.sh", "run_autograder"):
@@ -83,6 +84,29 @@ def autograder(out: Path, root: Path | None = None) -> Path:
         for name in names:
             zf.write(root / name, name)
     return out
+
+
+def _checked_settings(root: Path) -> dict[str, float]:
+    """Import the hidden checks and read ``grading.toml`` against every exercise, as the
+    autograder will: a mistake is said now, not on the first submission. Returns the
+    hidden points per practical. Call it after anything that records answers: the hidden
+    exercises stay registered in this process."""
+    from m2l_nlp.grading.registry import load_exercises, load_hidden, read_settings
+    from m2l_nlp.grading.settings import SettingsError
+
+    try:
+        hidden = load_hidden(root)
+        read_settings(root)
+    except SettingsError as err:
+        raise BundleError(str(err)) from None
+    except Exception as err:  # noqa: BLE001 - the instructor's hidden checks do not import
+        message = f"the hidden checks in solutions/hidden/ do not import: {err!r}"
+        raise BundleError(message) from None
+    points: dict[str, float] = {}
+    for ex in load_exercises().values():
+        if ex.name in hidden:
+            points[ex.practical] = points.get(ex.practical, 0.0) + ex.points
+    return points
 
 
 def _check_replaceable(out: Path) -> None:
@@ -132,6 +156,14 @@ def handout(out: Path, root: Path | None = None) -> Path:
             ref = reference(practical)
             recorder = expected.record(practical, ref, stub_lines_of(ref))
             expected.save(recorder, practical, tmp / "m2l_nlp" / "grading" / "expected")
+        hidden = _checked_settings(root)  # after recording: no hidden check is recorded
+        if hidden:  # the local score table says which points only the autograder grades
+            lines = [f"{p} = {v:g}" for p, v in hidden.items()]
+            with open(tmp / "grading.toml", "a", encoding="utf-8") as handle:
+                handle.write(
+                    "\n# Written by `make handout`: points graded by the autograder only.\n"
+                    "[hidden.points]\n" + "\n".join(lines) + "\n"
+                )
         (tmp / HANDOUT_MARK).write_text("written by `make handout`; safe to replace\n")
         tmp.chmod(0o755)
         _replace_folder(tmp, out)
@@ -155,6 +187,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 1
     print(f"wrote {path}")
+    if args.what == "handout":
+        from m2l_nlp.grading.registry import load_exercises
+
+        hidden = [ex for ex in load_exercises().values() if ex.hidden]
+        points = sum(ex.points for ex in hidden)
+        print(
+            f"left out: solutions/ and the solved notebooks; {len(hidden)} hidden exercises "
+            f"({points:g} points, solutions/hidden/) are graded by the autograder only"
+        )
     return 0
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from m2l_nlp.fileio import write_json_atomic
-from m2l_nlp.grading.registry import CheckFailure, Exercise, load_exercises
+from m2l_nlp.grading.registry import CheckFailure, Exercise, load_exercises, read_settings
 from m2l_nlp.grading.report import results_json, score_table
 from m2l_nlp.grading.runner import (
     CheckResult,
@@ -34,6 +34,7 @@ from m2l_nlp.grading.runner import (
     reference,
     run_check,
 )
+from m2l_nlp.grading.settings import SettingsError
 from m2l_nlp.impl import IMPL_ENV, IMPLS, load_practical, repo_root
 
 GRADER = pytest.StashKey["Grader"]()
@@ -47,6 +48,7 @@ class Grader:
     def __init__(self, impl: str):
         self.impl = impl
         self.exercises: dict[str, Exercise] = load_exercises()
+        self.settings = read_settings()
         self.modules: dict[str, ModuleType | PracticalError] = {}
         self.results: dict[str, list[CheckResult]] = {}
         self.stopped: set[str] = set()  # exercises with a check stopped for taking too long
@@ -135,7 +137,10 @@ def pytest_configure(config: pytest.Config) -> None:
     impl = config.getoption("impl") or os.environ.get(IMPL_ENV) or "exercises"
     if impl not in IMPLS:
         raise pytest.UsageError(f"{IMPL_ENV}={impl!r} is not one of {', '.join(IMPLS)}")
-    grader = Grader(impl)
+    try:
+        grader = Grader(impl)
+    except SettingsError as err:
+        raise pytest.UsageError(str(err)) from None
     config.stash[GRADER] = grader
     _keep_graded_testpaths(config)
     _refuse_parallel_grading(config)
@@ -316,6 +321,13 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     terminalreporter.section(f"score ({grader.impl}/)", sep="=", bold=True)
     for line in score_table(results, len(grader.exercises)).splitlines():
         terminalreporter.write_line(line)
+    graded = {r.exercise.practical for r in results}
+    for practical, points in grader.settings.hidden_points.items():
+        if practical in graded and points:
+            terminalreporter.write_line(
+                f"{practical}: {points:g} more points are graded by the autograder only, with "
+                "checks this copy does not hold"
+            )
 
 
 def write_results_json(path: Path, results: list[ExerciseResult], errors: list[str]) -> None:

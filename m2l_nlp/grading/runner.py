@@ -330,6 +330,7 @@ class ExerciseResult:
     exercise: Exercise
     checks: list[CheckResult]
     note: str = ""  # e.g. an earlier exercise it depends on that fails too
+    seconds: float = 0.0  # the time its checks took (the autograder's results show it)
 
     @property
     def status(self) -> str:
@@ -337,11 +338,34 @@ class ExerciseResult:
 
     @property
     def points(self) -> float:
-        return self.exercise.points if self.status == "passed" else 0.0
+        """All or nothing; under partial credit, the weights of the passed checks' share of
+        the points, and nothing while a gate check (a comparison with the reference) fails."""
+        ex = self.exercise
+        if not ex.partial:
+            return ex.points if self.status == "passed" else 0.0
+        passed = {c.check for c in self.checks if c.status == "passed"}
+        if any(c.gate and c.name not in passed for c in ex.checks):
+            return 0.0
+        total = sum(c.weight for c in ex.checks)
+        return round(ex.points * sum(c.weight for c in ex.checks if c.name in passed) / total, 2)
+
+    def worth(self, check: str) -> str:
+        """What a check is worth, said under partial credit ("" otherwise)."""
+        ex = self.exercise
+        chk = next((c for c in ex.checks if c.name == check), None)
+        if not ex.partial or chk is None:
+            return ""
+        share = ex.points * chk.weight / sum(c.weight for c in ex.checks)
+        gate = "; the exercise's other points need it" if chk.gate else ""
+        return f" ({share:.3g} points{gate})"
 
     def messages(self) -> list[str]:
         notes = [self.note] if self.note else []
-        return notes + [f"[{c.check}] {c.message}" for c in self.checks if c.status != "passed"]
+        return notes + [
+            f"[{c.check}]{self.worth(c.check)} {c.message}"
+            for c in self.checks
+            if c.status != "passed"
+        ]
 
     def __str__(self) -> str:
         passed = sum(c.status == "passed" for c in self.checks)

@@ -3,8 +3,9 @@
     python -m m2l_nlp.grading.trusted [--seed N] SUBMISSION_FOLDER RESULTS_JSON [MORE PAIRS]
 
 1. The reference (``solutions/``) runs in a process of its own and passes every check once;
-   its time per exercise sets that exercise's limit (``LIMIT_FACTOR`` times, at least
-   ``MIN_LIMIT_S`` seconds).
+   its time per exercise sets that exercise's limit (``grading.toml``'s
+   ``time_limit_factor`` times, at least ``MIN_LIMIT_S`` seconds). The hidden checks
+   (``solutions/hidden/``) are graded too, shown as ``grading.toml`` says.
 2. Each submission gets a fresh grading seed: every input of every check is drawn from it
    (:func:`~m2l_nlp.grading.tools.seeded`), so answers recorded from the handout or from an
    earlier grading match nothing. The student's process never sees it; the instructor finds
@@ -36,7 +37,13 @@ from typing import Any
 
 from m2l_nlp.fileio import write_json_atomic
 from m2l_nlp.grading.expected import record
-from m2l_nlp.grading.registry import CheckFailure, Exercise, load_exercises
+from m2l_nlp.grading.registry import (
+    CheckFailure,
+    Exercise,
+    load_exercises,
+    load_hidden,
+    read_settings,
+)
 from m2l_nlp.grading.remote import (
     RemoteNamespace,
     Worker,
@@ -59,12 +66,12 @@ from m2l_nlp.grading.runner import (
     run_check,
     stub_lines_from,
 )
+from m2l_nlp.grading.settings import SettingsError
 from m2l_nlp.grading.submission import Found, SubmissionError, find_practicals
 from m2l_nlp.grading.tools import seeded
 from m2l_nlp.grading.worker import LIMITS_ENV
 from m2l_nlp.impl import repo_root
 
-LIMIT_FACTOR = 5.0
 MIN_LIMIT_S = 10.0
 LOAD_LIMIT_S = 60.0  # importing a practical file (JAX included)
 MESSAGE_CHARS = 2000
@@ -116,7 +123,7 @@ def _reference_programs(scratch: Path) -> dict[str, str]:
 
 
 def reference_pass(
-    practical: str, root: Path, scratch: Path
+    practical: str, root: Path, scratch: Path, factor: float = 5.0
 ) -> tuple[RemoteNamespace, dict[str, float]]:
     """Run the reference through every check of ``practical`` in its own process: that
     process (to answer the checks' questions about each submission), the limit per exercise."""
@@ -131,7 +138,7 @@ def reference_pass(
     except (RuntimeError, WorkerGone) as err:
         worker.kill()
         raise GraderBroken(str(err)) from None
-    limits = {name: max(MIN_LIMIT_S, LIMIT_FACTOR * t) for name, t in recorder.seconds.items()}
+    limits = {name: max(MIN_LIMIT_S, factor * t) for name, t in recorder.seconds.items()}
     return remote, limits
 
 
@@ -149,8 +156,8 @@ def _all_results(exercises: list[Exercise], status: str, message: str) -> list[E
 
 def _stopped_message(limit: float) -> str:
     return (
-        f"stopped after {limit:.0f} s ({LIMIT_FACTOR:g} times the reference's time on this "
-        "machine): look for an endless loop, or a Python loop over every array element"
+        f"stopped after {limit:.0f} s (a few times the reference's time on this machine): "
+        "look for an endless loop, or a Python loop over every array element"
     )
 
 
@@ -187,6 +194,7 @@ def grade_practical(
         return _all_results(exercises, "error", message)
     results = []
     for ex in exercises:
+        started = time.monotonic()
         checks: list[CheckResult] = []
         limit = limits[ex.name]
         deadline = time.monotonic() + limit
@@ -225,7 +233,7 @@ def grade_practical(
             deadline = worker.deadline if worker is not None else deadline  # pauses moved it
             status, message = outcome(err, {str(path)})
             checks.append(CheckResult(ex.name, chk.name, status, _own_words(message, folder)))
-        results.append(ExerciseResult(ex, checks))
+        results.append(ExerciseResult(ex, checks, seconds=time.monotonic() - started))
     if worker is not None:
         worker.kill()
     return results
@@ -287,8 +295,6 @@ def grade(
     otherwise). Raises :class:`GraderBroken` or :class:`WorkerUnavailable` (each results file
     written, saying so) when no submission can be graded on this machine."""
     root = root or repo_root()
-    exercises = load_exercises()
-    practicals = _practicals(exercises)
     become_subreaper()
     scratch = Path(tempfile.mkdtemp(prefix="m2l-grading-"))
     os.chmod(scratch, 0o755)
@@ -296,12 +302,23 @@ def grade(
     written = []
     try:
         try:
+            try:
+                load_hidden(root)
+                settings = read_settings(root)
+            except SettingsError as err:
+                raise GraderBroken(str(err)) from None
+            except Exception as err:  # noqa: BLE001 - the hidden checks' own import
+                raise GraderBroken(f"the hidden checks do not import: {err!r}") from None
+            exercises = load_exercises()
+            practicals = _practicals(exercises)
             user = unprivileged_user()
             if user is not None:  # said at once, not after the reference's checks
                 check_workers_start(scratch, user, LOAD_LIMIT_S)
             for practical in practicals:
                 start = time.monotonic()
-                references[practical] = reference_pass(practical, root, scratch)
+                references[practical] = reference_pass(
+                    practical, root, scratch, settings.time_limit_factor
+                )
                 took = time.monotonic() - start
                 log(f"{practical}: the reference passed every check in {took:.1f} s")
         except (GraderBroken, WorkerUnavailable) as err:
@@ -326,9 +343,8 @@ def grade(
                     c.message for r in results for c in r.checks if c.status == "error"
                 )
                 errors = list(dict.fromkeys(failed_imports))
-                data = results_json(results, [*notes, *errors])
+                data = results_json(results, [*notes, *errors], settings)
                 data["extra_data"] = {"seed": this_seed}
-                data["stdout_visibility"] = "hidden"  # this log is the instructor's
                 table = score_table(results, len(exercises))
             except Exception as err:  # noqa: BLE001 - this submission's loss only
                 log("".join(traceback.format_exception(err)))

@@ -113,7 +113,7 @@ def check_mh_hand_example(ctx):
             )
 
 
-@mh.check
+@mh.check(gate=True)
 def check_mh_matches_reference(ctx):
     """Random batches with repeats and junk ids at padding match the reference (under jax.jit)."""
     rng = ctx.rng()
@@ -197,7 +197,7 @@ def check_bag_hand_example(ctx):
         )
 
 
-@bob.check
+@bob.check(gate=True)
 def check_bigrams_match_reference(ctx):
     """Random batches match the reference for both functions (under jax.jit)."""
     rng = ctx.rng()
@@ -277,7 +277,7 @@ def check_tfidf_hand_example(ctx):
     )
 
 
-@tf.check
+@tf.check(gate=True)
 def check_tfidf_matches_reference(ctx):
     """Random features (with empty rows) match the reference for both functions (jax.jit)."""
     rng = ctx.rng()

@@ -58,7 +58,7 @@ def check_mlp_shapes(ctx):
         )
 
 
-@mlp.check
+@mlp.check(gate=True)
 def check_mlp_matches_reference(ctx):
     """Evaluation logits match the reference with the same params (under jax.jit)."""
     rng = ctx.rng()
@@ -121,7 +121,7 @@ def check_lstm_shape(ctx):
     )
 
 
-@lstm.check
+@lstm.check(gate=True)
 def check_lstm_matches_reference_unpadded(ctx):
     """Without padding, the logits match the reference (same params, under jax.jit)."""
     rng = ctx.rng()
@@ -141,7 +141,7 @@ def check_lstm_matches_reference_unpadded(ctx):
     )
 
 
-@lstm.check
+@lstm.check(gate=True)
 def check_lstm_matches_reference_padded(ctx):
     """With padding, the logits match the reference (same params, under jax.jit)."""
     rng = ctx.rng()

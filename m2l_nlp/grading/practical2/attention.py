@@ -65,7 +65,7 @@ def check_shapes(ctx):
         expect_array(out[1], "the attention weights", shape=(*lead, 4, 6), axes=axes)
 
 
-@sdp.check
+@sdp.check(gate=True)
 def check_matches_reference(ctx):
     """Values and weights match the reference, with and without a mask (under jax.jit)."""
 
@@ -195,7 +195,7 @@ def check_emb_shape_dtype(ctx):
     expect_array(out, "the embeddings", shape=(B, S, E), dtype=np.float32, axes="(B, S, E)")
 
 
-@emb.check
+@emb.check(gate=True)
 def check_emb_matches_reference(ctx):
     """Matches the reference for int and boolean masks (under jax.jit)."""
     ids, mask = _ids_mask(ctx.rng())
@@ -270,7 +270,7 @@ def check_mha_shapes(ctx):
         expect_array(weights, "the attention weights", shape=shape, axes="(B, h, S_q, S_k)")
 
 
-@mha.check
+@mha.check(gate=True)
 def check_mha_matches_reference(ctx):
     """Output and weights match the reference (cross-attention, no mask, under jax.jit)."""
     q, k, v = _mha_inputs(ctx.rng())

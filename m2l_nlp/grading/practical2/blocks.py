@@ -66,7 +66,7 @@ def _ffn_hint(ctx, x) -> str:
     return "Check the layers in order: Linear(d_ff), ReLU, Linear(d_model). Is the ReLU there?"
 
 
-@ffn.check
+@ffn.check(gate=True)
 def check_ffn_matches_reference(ctx):
     """Evaluation output `(B, S, D)` matches the reference (under jax.jit)."""
     x = normal(ctx.rng(), B, S, D)
@@ -122,7 +122,7 @@ def _block(p: float, is_train: bool, return_attention: bool = False):
     return build
 
 
-@block.check
+@block.check(gate=True)
 def check_block_matches_reference(ctx):
     """Evaluation output matches the reference, with a padding mask (under jax.jit)."""
     rng = ctx.rng()
@@ -233,7 +233,7 @@ def _encoder(p: float, is_train: bool, maps: bool = False):
     return build
 
 
-@encoder.check
+@encoder.check(gate=True)
 def check_encoder_matches_reference(ctx):
     """Evaluation output of 3 blocks matches the reference, with a mask (under jax.jit)."""
     rng = ctx.rng()

@@ -1,0 +1,152 @@
+"""The instructor's grading settings: ``grading.toml`` at the top of the repository.
+
+Points, the partial-credit rule, the autograder's time limit and how Gradescope shows the
+hidden checks, in one file: ``make autograder`` reads and checks it (an unknown key is
+refused in words), and the local front ends (``pytest``, ``check()``) read its points and
+partial-credit rule. The file names no hidden check: those live in ``solutions/hidden/``
+(:data:`HIDDEN_DIR`), which only the autograder reads. A student handout's copy says how many
+points per practical only the autograder grades (``[hidden.points]``, written by
+``make handout``).
+
+Without the file every setting has its default (all or nothing, 5 times the reference's
+time, hidden checks shown after the due date and counted).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10 (the floors' lane)
+    import tomli as tomllib
+
+SETTINGS_FILE = "grading.toml"
+HIDDEN_DIR = "solutions/hidden"  # the hidden checks: one module per practical, root's only
+VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
+_TOP = ("partial_credit", "time_limit_factor", "points", "weights", "gates", "hidden")
+_HIDDEN = ("visibility", "in_total", "points")
+
+
+class SettingsError(ValueError):
+    """``grading.toml`` cannot be used; the message says where and what to write."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GradingSettings:
+    """The settings of ``grading.toml`` (see the module docstring and the file's comments).
+
+    Attributes:
+        partial_credit: an exercise's points spread over its checks by weight (a failed
+            gate check earns nothing), instead of all or nothing.
+        time_limit_factor: the autograder stops an exercise at this many times the
+            reference's time on its machine (at least ten seconds).
+        points: ``{exercise: points}`` where not the registry's.
+        weights: ``{exercise: {check: weight}}`` under partial credit (1 otherwise).
+        gates: ``{exercise: checks}`` that must pass for the exercise to earn anything.
+        hidden_visibility: Gradescope's visibility of the hidden checks' results.
+        hidden_in_total: whether the hidden checks' points count in the total score.
+        hidden_points: ``{practical: points}`` only the autograder grades (a handout's).
+    """
+
+    partial_credit: bool = False
+    time_limit_factor: float = 5.0
+    points: dict[str, float] = dataclasses.field(default_factory=dict)
+    weights: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    gates: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    hidden_visibility: str = "after_due_date"
+    hidden_in_total: bool = True
+    hidden_points: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def _number(value: Any, where: str, low: float, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise SettingsError(f"{where} must be a number, not {value!r}")
+    if value < low:
+        raise SettingsError(f"{where} must be {what}, not {value!r}")
+    return float(value)
+
+
+def _table(value: Any, where: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise SettingsError(f"{where} must be a table ([{where}] or {{ ... }}), not {value!r}")
+    return value
+
+
+def _unknown(keys: Any, known: Any, where: str) -> None:
+    extra = [k for k in keys if k not in known]
+    if extra:
+        raise SettingsError(
+            f"{where}: unknown key {extra[0]!r}; the keys are: {', '.join(map(str, known))}"
+        )
+
+
+def parse(text: str, checks: dict[str, list[str]], name: str = SETTINGS_FILE) -> GradingSettings:
+    """The settings in ``text``, checked against ``checks`` (``{exercise: check names}``,
+    hidden exercises included where they are known). Raises :class:`SettingsError`."""
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        raise SettingsError(f"{name} is not valid TOML ({err})") from None
+    _unknown(data, _TOP, name)
+    partial = data.get("partial_credit", False)
+    if not isinstance(partial, bool):
+        raise SettingsError(f"{name}: partial_credit must be true or false, not {partial!r}")
+    factor = _number(data.get("time_limit_factor", 5.0), f"{name}: time_limit_factor", 1, ">= 1")
+
+    def exercise_of(key: str, where: str) -> list[str]:
+        if key not in checks:
+            raise SettingsError(
+                f"{where}: no exercise called {key!r}; the exercises are: {', '.join(checks)}"
+            )
+        return checks[key]
+
+    points = {}
+    for key, value in _table(data.get("points", {}), "points").items():
+        exercise_of(key, f"{name} [points]")
+        points[key] = _number(value, f"{name} [points] {key}", 0, ">= 0")
+    weights: dict[str, dict[str, float]] = {}
+    for key, table in _table(data.get("weights", {}), "weights").items():
+        names = exercise_of(key, f"{name} [weights]")
+        _unknown(_table(table, f"weights.{key}"), names, f"{name} [weights] {key}")
+        weights[key] = {
+            check: _number(w, f"{name} [weights] {key}.{check}", 1e-9, "> 0")
+            for check, w in table.items()
+        }
+    gates: dict[str, tuple[str, ...]] = {}
+    for key, value in _table(data.get("gates", {}), "gates").items():
+        names = exercise_of(key, f"{name} [gates]")
+        if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+            raise SettingsError(f"{name} [gates] {key} must be a list of check names")
+        _unknown(value, names, f"{name} [gates] {key}")
+        gates[key] = tuple(value)
+    hidden = _table(data.get("hidden", {}), "hidden")
+    _unknown(hidden, _HIDDEN, f"{name} [hidden]")
+    visibility = hidden.get("visibility", "after_due_date")
+    if visibility not in VISIBILITIES:
+        raise SettingsError(
+            f"{name} [hidden] visibility must be one of {', '.join(VISIBILITIES)}, not "
+            f"{visibility!r}"
+        )
+    in_total = hidden.get("in_total", True)
+    if not isinstance(in_total, bool):
+        raise SettingsError(f"{name} [hidden] in_total must be true or false")
+    hidden_points = {
+        str(practical): _number(value, f"{name} [hidden.points] {practical}", 0, ">= 0")
+        for practical, value in _table(hidden.get("points", {}), "hidden.points").items()
+    }
+    return GradingSettings(
+        partial, factor, points, weights, gates, visibility, in_total, hidden_points
+    )
+
+
+def read(root: Path, checks: dict[str, list[str]]) -> GradingSettings:
+    """The settings of ``root/grading.toml`` (defaults where there is no such file)."""
+    path = root / SETTINGS_FILE
+    if not path.is_file():
+        return GradingSettings()
+    return parse(path.read_text(encoding="utf-8"), checks, str(path))
