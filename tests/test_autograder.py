@@ -35,8 +35,8 @@ from m2l_nlp.impl import load_practical
 
 ROOT = Path(__file__).resolve().parent.parent
 P1, P2 = "practical1_baselines", "practical2_transformers"
-FULL = 170
-P1_POINTS, P2_POINTS = 70, 100
+FULL = 180  # 170 in the students' copy, and 10 of the hidden checks (solutions/hidden/)
+P1_POINTS, P2_POINTS = 70, 110
 ROOT_ONLY = os.geteuid() == 0  # file modes, links to root-only files and users need root
 
 pytestmark = pytest.mark.slow
@@ -499,7 +499,9 @@ def test_the_honest_submission_earns_every_point_through_run_autograder(graded):
     data = results["honest"]
     assert data["score"] == FULL
     assert [t["score"] for t in data["tests"]] == [t["max_score"] for t in data["tests"]]
-    assert "170 / 170" in honest.stdout  # the log says what the file says
+    assert "180 / 180" in honest.stdout  # the log says what the file says
+    hidden = _tests(data)["attention_beyond_the_examples (hidden)"]
+    assert hidden["visibility"] == "after_due_date" and hidden["score"] == 10
     assert data["stdout_visibility"] == "hidden" and data["extra_data"]["seed"] > 0
 
 
@@ -678,3 +680,51 @@ def test_no_user_to_run_student_code_is_said_in_the_results(installed, tmp_path)
     )
     assert run.returncode == 1 and "Traceback" not in run.stderr
     assert "no user no-such-user-m2l" in json.loads(out.read_text())["output"]
+
+
+NAIVE_SOFTMAX = """
+def scaled_dot_product(q, k, v, mask=None):
+    import jax.numpy as jnp
+
+    scores = q @ jnp.swapaxes(k, -1, -2) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = jnp.where(mask == 0, -1e9, scores)
+    e = jnp.exp(scores)  # no maximum subtracted: scores in the thousands overflow
+    w = e / e.sum(-1, keepdims=True)
+    return w @ v, w
+"""
+
+
+def test_partial_credit_and_visible_hidden_checks_through_run_autograder(graded, tmp_path):
+    """A half-done submission (practical 1 solved; practical 2's attention right but for
+    large scores, the rest not started) under an instructor's other settings: points per
+    check, the hidden checks shown at once and left out of the total."""
+    settings = graded.root / "source" / "grading.toml"
+    kept = settings.read_text()
+    submission = graded.root / "submission"
+    shutil.rmtree(submission)
+    _solved(submission, P1)
+    shutil.copy2(ROOT / "exercises" / f"{P2}.py", submission / f"{P2}.py")
+    _with(submission, P2, "import math\n" + NAIVE_SOFTMAX)
+    settings.write_text(
+        "partial_credit = true\n[hidden]\nvisibility = 'visible'\nin_total = false\n"
+    )
+    try:
+        run = subprocess.run(
+            [str(graded.root / "run_autograder")],
+            env=graded.env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        settings.write_text(kept)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    data = json.loads((graded.root / "results" / "results.json").read_text())
+    tests = _tests(data)
+    assert tests["scaled_dot_product"]["score"] == 12  # 4 of its 5 checks
+    assert "(3 points)" in tests["scaled_dot_product"]["output"]
+    assert tests["multihead_attention"]["score"] == 0  # not started
+    hidden = tests["attention_beyond_the_examples (hidden)"]
+    assert hidden["visibility"] == "visible" and hidden["score"] == 5  # its gate passes
+    assert data["score"] == P1_POINTS + 12  # the hidden points are not counted

@@ -210,21 +210,20 @@ def grade_practical(
                 worker.limit, worker.deadline = limit, deadline
                 reference.worker.pauses = worker
                 run_check(ex, chk, RemoteNamespace(worker), reference, [])
-            except WorkerStopped:
+            except WorkerGone as gone:
+                if reference.worker.gone is not None:
+                    raise  # the reference's own process: no verdict on the student's code
                 worker = None
-                checks.append(CheckResult(ex.name, chk.name, "failed", _stopped_message(limit)))
-                stopped = "not run: an earlier check of this exercise was stopped"
+                if isinstance(gone, WorkerStopped):
+                    checks.append(CheckResult(ex.name, chk.name, "failed", _stopped_message(limit)))
+                    stopped = "not run: an earlier check of this exercise was stopped"
+                else:
+                    message = (
+                        f"the process running your code ended ({gone}): does it call sys.exit() "
+                        "or os._exit(), or crash?"
+                    )
+                    checks.append(CheckResult(ex.name, chk.name, "failed", message))
                 continue
-            except WorkerLost as lost:
-                worker = None
-                message = (
-                    f"the process running your code ended ({lost}): does it call sys.exit() "
-                    "or os._exit(), or crash?"
-                )
-                checks.append(CheckResult(ex.name, chk.name, "failed", message))
-                continue
-            except CheckFailure as caught:  # before Exception: may come from the import
-                err = caught
             except Exception as caught:  # noqa: BLE001 - classified by outcome()
                 err = caught
             finally:
