@@ -84,17 +84,19 @@ colab)
   pip_install colab -c "$work/colab.txt" pip  # Colab's pip, whose resolver runs the setup cell
   # 1. What Colab preinstalls: of the course's dependency tree (as pip resolves it beside
   # Colab's versions) and the notebook runner's, every package Colab has, at Colab's version.
-  "$py" -m pip install -q --dry-run --ignore-installed --report "$work/tree.json" \
-    -c "$work/colab.txt" -e "$root" ipykernel nbclient nbformat pytest > /dev/null
-  python3 "$root/.ci/versions.py" colab-preinstalled "$work/tree.json" > "$work/preinstalled.txt"
+  if ! "$py" -m pip install -q --dry-run --ignore-installed --report "$work/tree.json" \
+      -c "$work/colab.txt" -e "$root" ipykernel nbclient nbformat pytest > "$work/pip.log" 2>&1; then
+    cat "$work/pip.log" >&2; exit 1
+  fi
   pip_install colab -r "$work/preinstalled.txt"
   pip_install colab -c "$work/colab.txt" pytest-timeout  # the tests' only tool Colab lacks
+  "$py" "$root/.ci/versions.py" installed > "$work/before.txt"
   # 2. The setup cell of each notebook, as in Colab: it clones this repository (its committed
   # state) and installs it; google.colab is a stand-in module.
   M2L_NLP_REPO_URL="file://$root" M2L_NLP_CLONE_DIR="$work/clone" \
-    "$py" "$root/.ci/colab_notebooks.py" "$work" "$root"/notebooks/*_solved.ipynb
+    PYDEVD_DISABLE_FILE_VALIDATION=1 "$py" "$root/.ci/colab_notebooks.py" "$work" "$root"/notebooks/*_solved.ipynb
   # 3. Colab's versions kept, only what Colab lacks added.
-  "$py" "$root/.ci/versions.py" colab-check "$work/preinstalled.txt"
+  "$py" "$root/.ci/versions.py" colab-check "$work/preinstalled.txt" "$work/before.txt"
   echo "colab: the course's dependencies (pip freeze):"; "$py" "$root/.ci/versions.py" tree
   graded_and_demo colab "$work/clone"
   ;;

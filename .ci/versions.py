@@ -34,8 +34,6 @@ NEWEST_PASSED = CI / "newest-passed.txt"
 COLAB_SOURCE = "https://raw.githubusercontent.com/googlecolab/backend-info/main/pip-freeze.gpu.txt"
 CUDA_PLUGINS = re.compile(r"jax-cuda\d+-(plugin|pjrt)")
 COURSE = "m2l-nlp"
-# installed by the lane to run the notebooks and the tests, not by the setup cell
-LANE_TOOLS = {"pytest-timeout"}
 
 
 def norm(name: str) -> str:
@@ -91,29 +89,34 @@ def colab_preinstalled(report: Path) -> dict[str, str]:
     return {name: v for name, v in colab().items() if name in planned}
 
 
-def colab_check(preinstalled: Path) -> int:
+def installed() -> dict[str, str]:
     import importlib.metadata as md
 
-    installed = {norm(d.metadata["Name"]): d.version for d in md.distributions()}
-    kept = pins(preinstalled)
-    tested = pins(COLAB_TESTED)
-    colab_versions = colab()
+    return {norm(d.metadata["Name"]): d.version for d in md.distributions()}
+
+
+def colab_check(preinstalled: Path, before: Path) -> int:
+    """After the setup cell: every package Colab has at Colab's version, and what the cell
+    added (against ``before``, the freeze taken before it ran) only the tested pins of what
+    Colab lacks and the course itself."""
+    now, kept, tested, colab_versions = installed(), pins(preinstalled), pins(COLAB_TESTED), colab()
     problems = [
-        f"{name} {installed.get(name, 'removed')} (Colab has {colab_versions[name]})"
-        for name in sorted(set(kept) | (set(installed) & set(colab_versions)))
-        if installed.get(name) != colab_versions[name]
+        f"{name} {now.get(name, 'removed')} (Colab has {colab_versions[name]})"
+        for name in sorted(set(kept) | (set(now) & set(colab_versions)))
+        if now.get(name) != colab_versions[name]
     ]
-    colab_names = set(colab_versions)
-    added = {n: v for n, v in installed.items() if n not in colab_names and n not in {"pip"}}
+    added = {n: v for n, v in now.items() if pins(before).get(n) != v}
     for name, version in sorted(added.items()):
         if name in tested and tested[name] != version:
             problems.append(f"{name} {version} (the setup cell pins {tested[name]})")
-        elif name not in tested and name not in LANE_TOOLS | {COURSE}:
-            problems.append(f"{name} {version} was added (not a tested pin of {COLAB_TESTED.name})")
+        elif name not in tested and name != COURSE:
+            problems.append(f"{name} {version} was added by the setup cell, untested")
     print(f"pip freeze check: {len(kept)} of Colab's packages in the course's tree kept")
     for name, version in sorted(added.items()):
-        why = "tested pin" if name in tested else "the course" if name == COURSE else "test tool"
-        print(f"  added (Colab lacks it): {name}=={version} ({why})")
+        why = "tested pin" if name in tested else "the course" if name == COURSE else "?"
+        print(f"  added by the setup cell: {name}=={version} ({why})")
+    runner = {n: v for n, v in pins(before).items() if n not in colab_versions}
+    print("  the lane's, which Colab lacks: " + " ".join(f"{n}=={v}" for n, v in runner.items()))
     for problem in problems:
         print(f"  NOT AS IN COLAB: {problem}", file=sys.stderr)
     return 1 if problems else 0
@@ -181,8 +184,10 @@ def main(argv: list[str]) -> int:
         sys.stdout.write(freeze_lines(colab()))
     elif command == "colab-preinstalled":
         sys.stdout.write(freeze_lines(colab_preinstalled(Path(args[0]))))
+    elif command == "installed":
+        sys.stdout.write(freeze_lines(installed()))
     elif command == "colab-check":
-        return colab_check(Path(args[0]))
+        return colab_check(Path(args[0]), Path(args[1]))
     elif command == "newest-check":
         return newest_check(args[0])
     elif command == "refresh":
