@@ -88,6 +88,7 @@ colab)
       -c "$work/colab.txt" -e "$root" ipykernel nbclient nbformat pytest > "$work/pip.log" 2>&1; then
     cat "$work/pip.log" >&2; exit 1
   fi
+  python3 "$root/.ci/versions.py" colab-preinstalled "$work/tree.json" > "$work/preinstalled.txt"
   pip_install colab -r "$work/preinstalled.txt"
   pip_install colab -c "$work/colab.txt" pytest-timeout  # the tests' only tool Colab lacks
   "$py" "$root/.ci/versions.py" installed > "$work/before.txt"
