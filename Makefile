@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: venv test test-slow lint train demo exercises solutions compat compat-floors compat-colab autograder handout clean
+.PHONY: venv test test-slow lint train demo exercises solutions compat compat-floors compat-colab compat-newest autograder handout clean
 
 # uv installs the environment (pip puts uv in it first): 5 s against pip's 25 s from empty
 # download caches (benchmarks/README.md). uv reads its own settings, not pip's: where it cannot
@@ -59,15 +59,19 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest tests --ignore=tests/graded --impl solutions -q -n $(JOBS) -m slow
 
 # Compatibility environments (CI runs them after `make test`; they need pyenv's Python 3.10
-# and 3.13, or FLOORS_PYTHON / COLAB_PYTHON): the dependency floors of pyproject.toml on the
-# oldest supported Python, and Colab's runtime (Python 3.13, its jax 0.7.2 kept) with the
-# solved notebooks run as in Colab. Each: the graded suite, the loop's library tests and the
-# demo run. See .ci/compat.sh.
-compat: compat-floors compat-colab
+# and 3.13, or FLOORS_PYTHON / COLAB_PYTHON / NEWEST_PYTHON): the dependency floors of
+# pyproject.toml on the oldest supported Python; Colab's runtime as published
+# (.ci/colab-pip-freeze.txt: Python 3.13, jax 0.7.2 and the rest of Colab's versions), set up
+# by the notebooks' own setup cell, with the solved notebooks run as in Colab; and the newest
+# release of everything on the newest Python (.ci/newest-passed.txt: what last passed). Each:
+# the graded suite, the loop's library tests and the demo run. See .ci/compat.sh.
+compat: compat-floors compat-colab compat-newest
 compat-floors:
 	bash .ci/compat.sh floors
 compat-colab:
 	bash .ci/compat.sh colab
+compat-newest:
+	bash .ci/compat.sh newest
 
 # Main job: train the practical-2 transformer on the full IMDB (default recipe), print the
 # test accuracy and confusion matrix, write checkpoint + plots under runs/default/.

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # The compatibility environments of `make compat` (CI runs them after `make test`):
 #   floors  the oldest supported Python, every runtime dependency at its pyproject floor
-#   colab   Colab's runtime: Python 3.13, jax and jaxlib 0.7.2 installed first and kept, the
-#           course installed by the notebooks' own setup cell from a file:// clone
+#   colab   Colab's runtime as published (.ci/colab-pip-freeze.txt): Python 3.13, Colab's own
+#           version of every package of the course's dependency tree that Colab has installed
+#           first, then the notebooks' own setup cell (from a file:// clone), then a pip freeze
+#           check that Colab's versions were kept and only the tested pins added
+#   newest  the newest release of every dependency on the newest Python here; it records the
+#           versions that passed (.ci/newest-passed.txt) and, when it breaks, says what moved
 # Each runs the graded suite against the solutions, the tests of the checks' messages, the
 # library tests of the training loop and the demo training; colab also runs every solved
-# notebook. FLOORS_PYTHON / COLAB_PYTHON name other interpreters.
+# notebook. FLOORS_PYTHON / COLAB_PYTHON / NEWEST_PYTHON name other interpreters.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-kind=${1:?usage: .ci/compat.sh floors|colab}
+kind=${1:?usage: .ci/compat.sh floors|colab|newest}
 envs=$root/.compat
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -67,22 +71,54 @@ floors)
   python3 "$root/.ci/floor_constraints.py" > "$work/floors.txt"  # tomllib: Python >= 3.11
   pip_install floors -c "$work/floors.txt" -e "$root[dev]"
   "$envs/floors/bin/python" "$root/.ci/floor_constraints.py" --verify < "$work/floors.txt"
+  echo "floors: the course's dependencies (pip freeze):"
+  "$envs/floors/bin/python" "$root/.ci/versions.py" tree
   graded_and_demo floors "$root"
   ;;
 colab)
   python=${COLAB_PYTHON:-$(pyenv_python 3.13 COLAB_PYTHON)}
-  jax=${COLAB_JAX:-0.7.2}
-  new_env colab "$python"
-  pip_install colab "jax==$jax" "jaxlib==$jax" ipykernel nbclient nbformat pytest pytest-timeout
-  # The setup cell of each notebook clones this repository (its committed state) and
-  # installs it beside the runtime's jax; google.colab is a stand-in module.
+  py=$envs/colab/bin/python
+  rm -rf "${envs:?}/colab"
+  "$python" -m venv "$envs/colab"
+  python3 "$root/.ci/versions.py" colab-constraints > "$work/colab.txt"
+  pip_install colab -c "$work/colab.txt" pip  # Colab's pip, whose resolver runs the setup cell
+  # 1. What Colab preinstalls: of the course's dependency tree (as pip resolves it beside
+  # Colab's versions) and the notebook runner's, every package Colab has, at Colab's version.
+  if ! "$py" -m pip install -q --dry-run --ignore-installed --report "$work/tree.json" \
+      -c "$work/colab.txt" -e "$root" ipykernel nbclient nbformat pytest > "$work/pip.log" 2>&1; then
+    cat "$work/pip.log" >&2; exit 1
+  fi
+  python3 "$root/.ci/versions.py" colab-preinstalled "$work/tree.json" > "$work/preinstalled.txt"
+  pip_install colab -r "$work/preinstalled.txt"
+  pip_install colab -c "$work/colab.txt" pytest-timeout  # the tests' only tool Colab lacks
+  "$py" "$root/.ci/versions.py" installed > "$work/before.txt"
+  # 2. The setup cell of each notebook, as in Colab: it clones this repository (its committed
+  # state) and installs it; google.colab is a stand-in module.
   M2L_NLP_REPO_URL="file://$root" M2L_NLP_CLONE_DIR="$work/clone" \
-    "$envs/colab/bin/python" "$root/.ci/colab_notebooks.py" "$work" "$root"/notebooks/*_solved.ipynb
-  "$envs/colab/bin/python" -c "import jax; assert jax.__version__ == '$jax', jax.__version__"
+    PYDEVD_DISABLE_FILE_VALIDATION=1 "$py" "$root/.ci/colab_notebooks.py" "$work" "$root"/notebooks/*_solved.ipynb
+  # 3. Colab's versions kept, only what Colab lacks added.
+  "$py" "$root/.ci/versions.py" colab-check "$work/preinstalled.txt" "$work/before.txt"
+  echo "colab: the course's dependencies (pip freeze):"; "$py" "$root/.ci/versions.py" tree
   graded_and_demo colab "$work/clone"
   ;;
+newest)
+  newest=$(ls -d "${PYENV_ROOT:-$HOME/.pyenv}"/versions/3.*/bin/python 2>/dev/null | sort -V | tail -n 1)
+  python=${NEWEST_PYTHON:-$newest}
+  [ -n "$python" ] || { echo "compat: no Python 3 (set NEWEST_PYTHON)" >&2; exit 2; }
+  py=$envs/newest/bin/python
+  new_env newest "$python"
+  # no constraints: the newest release of everything
+  pip_install newest --upgrade --upgrade-strategy eager -e "$root[dev]"
+  "$py" -m pip list --outdated 2>/dev/null | awk 'tolower($1) ~ /^(jax|jaxlib|dm-haiku|optax|tokenizers|numpy|pandas|matplotlib)$/ {print "newest: pip held back " $1 " at " $2 ", not " $3 " (a conflict, or no wheel for this Python)"}'
+  echo "newest: the course's dependencies (pip freeze):"; "$py" "$root/.ci/versions.py" tree
+  set +e
+  (set -e; graded_and_demo newest "$root")
+  status=$?
+  set -e
+  "$py" "$root/.ci/versions.py" newest-check "$([ $status = 0 ] && echo passed || echo failed)"
+  ;;
 *)
-  echo "compat: unknown environment $kind (floors or colab)" >&2
+  echo "compat: unknown environment $kind (floors, colab or newest)" >&2
   exit 2
   ;;
 esac

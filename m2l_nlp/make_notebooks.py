@@ -43,6 +43,7 @@ SOLVED_SUFFIX = "_solved"
 # Cell metadata kept from the .py source; everything else (jupytext bookkeeping) is dropped.
 KEPT_CELL_METADATA = ("active", "tags")
 SETUP_CELL = Path(__file__).with_name("setup_cell.py")  # the setup cell's source, as code
+COLAB_TESTED = Path(__file__).with_name("colab_tested.txt")  # what Colab lacks, tested
 BADGE = "[![Open In Colab](https://colab.research.google.com/assets/colab-badge.svg)]"
 README_BEGIN = "<!-- notebook links: written by `make solutions` from [project.urls] -->"
 README_END = "<!-- end of notebook links -->"
@@ -104,11 +105,25 @@ def colab_url(notebook: str, repo_url: str, branch: str = BRANCH) -> str:
     return f"https://colab.research.google.com/github/{slug}/blob/{branch}/{notebook}"
 
 
-def setup_code(url: str, clone_dir: str = COLAB_CLONE_DIR, floor: str = "0") -> str:
+def colab_tested(path: Path = COLAB_TESTED) -> str:
+    """What the setup cell installs beside Colab's own packages: the ``name==version`` lines
+    of ``colab_tested.txt`` (the versions the simulated Colab of ``make compat-colab`` tested),
+    space-separated."""
+    lines = (line.split("#")[0].strip() for line in path.read_text(encoding="utf-8").splitlines())
+    pins = [line for line in lines if line]
+    if not pins or not all(re.fullmatch(r"[A-Za-z0-9_.-]+==[0-9][0-9A-Za-z.]*", p) for p in pins):
+        raise ValueError(f"{path} should hold name==version lines, got {pins}")
+    return " ".join(pins)
+
+
+def setup_code(
+    url: str, clone_dir: str = COLAB_CLONE_DIR, floor: str = "0", tested: str | None = None
+) -> str:
     """The source of the setup cell: ``setup_cell.py`` with the repository's URL, the clone
-    folder and the jax floor filled in."""
+    folder, the jax floor and the tested versions of what Colab lacks filled in."""
     text = SETUP_CELL.read_text(encoding="utf-8")
-    for name, value in (("REPO_URL", url), ("CLONE_DIR", clone_dir), ("JAX_FLOOR", floor)):
+    settings = (("REPO_URL", url), ("CLONE_DIR", clone_dir), ("JAX_FLOOR", floor))
+    for name, value in (*settings, ("TESTED", colab_tested() if tested is None else tested)):
         text, count = re.subn(rf'^{name} = "[^"]*"', f'{name} = "{value}"', text, flags=re.M)
         if count != 1:
             raise ValueError(f"{SETUP_CELL} should set {name} once")

@@ -12,6 +12,9 @@ CLONE_DIR = "/content/m2l-nlp"
 JAX_FLOOR = "0.4.36"  # the oldest jax the course supports (pyproject.toml)
 # Colab's own builds for its accelerator: installing the course keeps them as they are.
 KEEP = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "numpy")
+# What Colab lacks, at the versions that the course's simulated Colab tested beside Colab's own
+# packages (written by `make solutions` from m2l_nlp/colab_tested.txt).
+TESTED = "dm-haiku==0.0.17"
 SETUP_DONE = "M2L_NLP_SETUP_DONE"  # set at the end of this cell's first run
 
 
@@ -53,6 +56,15 @@ if "google.colab" in sys.modules:
             f"`!pip install -q 'jax[cuda12]>={JAX_FLOOR}'` in a cell, then Runtime > Restart "
             "session, and run this cell again"
         )
+    tested = dict(pin.split("==") for pin in TESTED.split())
+    untested = [p for p, v in tested.items() if _installed(p) not in (None, v)]
+    if untested:
+        held = ", ".join(f"{p} {_installed(p)}" for p in untested)
+        wanted = " ".join(f"{p}=={tested[p]}" for p in untested)
+        raise SetupError(
+            f"this runtime has {held}, which the course has not tested: run `!pip install -q "
+            f"{wanted}` in a cell, then Runtime > Restart session, and run this cell again"
+        )
     if not os.path.isdir(os.path.join(clone_dir, ".git")):
         _run(
             ["git", "clone", "--quiet", "--depth", "1", repo_url, clone_dir],
@@ -60,9 +72,10 @@ if "google.colab" in sys.modules:
             "check that this runtime is online (Runtime > Disconnect and delete runtime, then "
             "run again) and that the repository exists and is public",
         )
-    # Colab's jax stack stays as installed; pip then picks the newest dm-haiku, which works
-    # with every jax from JAX_FLOOR on (tested in the course's CI).
+    # Colab's jax stack stays as installed (pip keeps the rest of what Colab has, as it
+    # satisfies the course); what Colab lacks comes at the tested versions.
     pins = [f"{package}=={_installed(package)}" for package in KEEP if _installed(package)]
+    pins += TESTED.split()
     constraints = os.path.join(tempfile.gettempdir(), "m2l-nlp-constraints.txt")
     with open(constraints, "w") as handle:
         handle.write("\n".join(pins) + "\n")

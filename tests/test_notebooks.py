@@ -194,14 +194,16 @@ print(json.dumps({
 """
 
 
-def run_setup(tmp_path: Path, mode: str, floor: str = "0", failing: str = "") -> tuple[dict, str]:
+def run_setup(
+    tmp_path: Path, mode: str, floor: str = "0", failing: str = "", tested: str | None = None
+) -> tuple[dict, str]:
     """Run the setup cell twice in a fresh interpreter, as Colab (``mode="colab"``, with a
     stand-in ``google.colab``) or locally; ``failing`` makes the command holding that word
     fail. Returns the cell's effects and what it printed."""
     clone_dir = str(tmp_path / "clone")
     result = subprocess.run(
         [sys.executable, "-c", RUN_SETUP, clone_dir, mode, failing],
-        input=make_notebooks.setup_code(URL, clone_dir=clone_dir, floor=floor),
+        input=make_notebooks.setup_code(URL, clone_dir=clone_dir, floor=floor, tested=tested),
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -237,6 +239,8 @@ def test_setup_cell_in_colab_clones_once_and_pins_jax(tmp_path: Path):
     constraints = Path(pip[pip.index("-c") + 1]).read_text().split()
     for package in ("jax", "jaxlib", "numpy"):
         assert f"{package}=={version(package)}" in constraints
+    for pin in make_notebooks.colab_tested().split():  # what Colab lacks, as tested
+        assert pin in constraints
     assert state["prealloc"] == "false"
     assert state["compile_cache"] == str(compilation_cache_dir())
     assert state["m2l_root"] == clone_dir and state["path0"] == clone_dir
@@ -261,6 +265,29 @@ def test_a_jax_older_than_the_floor_is_one_message(tmp_path):
     assert state["calls"] == []  # nothing cloned or installed
     (shown,) = state["shown"]
     assert "the course needs 99.0 or newer" in shown and "Restart session" in shown
+
+
+def test_an_untested_dm_haiku_already_installed_is_one_message(tmp_path):
+    from importlib.metadata import version
+
+    state, _ = run_setup(tmp_path, "colab", tested="dm-haiku==0.0.1 jmp==" + version("jmp"))
+    assert state["calls"] == []  # nothing cloned or installed
+    (shown,) = state["shown"]
+    assert shown == (
+        f"Setup failed: this runtime has dm-haiku {version('dm-haiku')}, which the course has "
+        "not tested: run `!pip install -q dm-haiku==0.0.1` in a cell, then Runtime > Restart "
+        "session, and run this cell again"
+    )
+
+
+def test_the_tested_versions_are_one_setting():
+    """m2l_nlp/colab_tested.txt reaches the setup cell of every notebook and the Colab lane."""
+    tested = make_notebooks.colab_tested()
+    assert tested.startswith("dm-haiku==")
+    for path, text in make_notebooks.planned(ROOT).items():
+        if path.suffix == ".ipynb":
+            assert f'TESTED = \\"{tested}\\"' in text
+    assert "colab_tested.txt" in (ROOT / ".ci" / "versions.py").read_text()
 
 
 def test_the_repository_url_is_one_setting(tmp_path):
