@@ -126,7 +126,6 @@ class TrainSettings:
     clip_norm: float = 1.0  # global gradient-norm clipping (0: none)
     crop_len: int = 256  # training windows: a random crop of this many tokens
     token_dropout: float = 0.0  # training only: hide this fraction of tokens (word dropout)
-    adversarial: float = 0.0  # > 0: add the loss at embeddings moved this share (adversarial.py)
     ema_decay: float = 0.0  # > 0: evaluate and keep a moving average of the parameters
     eval_every: int = 1  # evaluate every k epochs (and always after the last)
     keep_best: bool = True  # with eval data: return the epoch with the best eval accuracy
@@ -150,7 +149,7 @@ class TrainSettings:
             raise ValueError(
                 f"micro_batch_cells must be >= 0 or None, not {self.micro_batch_cells}"
             )
-        for name in ("clip_norm", "adversarial", "weight_decay"):
+        for name in ("clip_norm", "weight_decay"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0: off), not {getattr(self, name)}")
         if self.learning_rate <= 0:
@@ -271,8 +270,7 @@ class Preset:
 
     def check(self) -> None:
         """Raise ``ValueError`` (or ``TypeError``) if the model or training settings are wrong."""
-        if self.settings().adversarial and self.architecture != TRANSFORMER:
-            raise ValueError("train.adversarial moves the transformer's embeddings: set it to 0")
+        self.settings()
         self.model_config()
 
     def val_size_for(self, n_train: int) -> int:
