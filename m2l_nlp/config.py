@@ -122,7 +122,6 @@ class TrainSettings:
     warmup_fraction: float = 0.05  # of all steps, linear warm-up from 0
     final_lr_fraction: float = 0.02  # cosine decays to learning_rate * this
     weight_decay: float = 0.05  # AdamW, on matrices only (not biases, norms)
-    lazy_embeddings: bool = False  # embedding rows no review of a batch uses: no Adam step
     clip_norm: float = 1.0  # global gradient-norm clipping (0: none)
     crop_len: int = 256  # training windows: a random crop of this many tokens
     token_dropout: float = 0.0  # training only: hide this fraction of tokens (word dropout)
