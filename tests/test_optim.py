@@ -1,4 +1,4 @@
-"""Tests of m2l_nlp.optim: weight decay on matrices only, AdamW and its lazy table rows, the
+"""Tests of m2l_nlp.optim: weight decay on matrices only, AdamW with clipping, the
 moving average of the weights."""
 
 from __future__ import annotations
