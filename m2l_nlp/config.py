@@ -224,20 +224,17 @@ class Preset:
     architecture: str = TRANSFORMER  # or one of BASELINES
     embed_scale: float = 1.0  # initial token embeddings times this (transformer)
     bigram_tokens: int = 0  # > 0: that many frequent token pairs as extra tokens (m2l_nlp.bigrams)
-    bigram_mode: str = "merge"  # "merge": a pair replaces its first token; "interleave": follows it
-    # True (merge mode): the model reads each pair token as its own residual row plus its
-    # first token's row (m2l_nlp.model.pair_tie); checkpoints store the sum
+    # True: the model reads each pair token as its own residual row plus its first token's
+    # row (m2l_nlp.model.pair_tie); checkpoints store the sum
     bigram_backoff: bool = False
     # True: a test run trains on every training review for the preset's epochs (chosen by
     # --no-test runs, which hold out val_size) and keeps the last. --val-size overrides it.
     final_fit: bool = False
 
     def __post_init__(self) -> None:
-        from m2l_nlp import bigrams
         from m2l_nlp.tokenization import MIN_VOCAB_SIZE
 
         check_field_types(self)
-        bigrams.check_mode(self.bigram_mode)
         if self.architecture not in (TRANSFORMER, *BASELINES):
             raise ValueError(
                 f"architecture must be {TRANSFORMER} or one of {', '.join(BASELINES)}, "
@@ -248,12 +245,10 @@ class Preset:
             check_at_least(self, least, (name,))
         if self.embed_scale <= 0:
             raise ValueError(f"embed_scale must be positive, not {self.embed_scale}")
-        if self.bigram_backoff and not (
-            self.bigram_tokens and self.bigram_mode == "merge" and self.architecture == TRANSFORMER
-        ):
+        if self.bigram_backoff and not (self.bigram_tokens and self.architecture == TRANSFORMER):
             raise ValueError(
-                "bigram_backoff needs the transformer with merged pair tokens (bigram_tokens > 0, "
-                "bigram_mode=merge): set bigram_backoff=false to train without them"
+                "bigram_backoff needs the transformer with pair tokens (bigram_tokens > 0): "
+                "set bigram_backoff=false to train without them"
             )
 
     def settings(self, **changes: Any) -> TrainSettings:
