@@ -133,7 +133,8 @@ class TrainSettings:
     # None: CPU_MICRO_BATCH_CELLS on a CPU (cache-sized pieces), no split on a GPU/TPU; 0: off
     micro_batch_cells: int | None = None
     # optimizer steps per jitted call (a lax.scan over K batches of one width): on a GPU a step
-    # of batch 8 is too short to pay for its launch (K = 8: 1.3-2.4x faster); else 1 is as fast
+    # of batch 8 is too short to pay for its launch, so K = 8 runs more reviews per second; on
+    # a CPU, or with batches of 128, 1 is as fast (benchmarks/README.md)
     steps_per_call: int = 1
     seed: int = 0
 
