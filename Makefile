@@ -6,13 +6,13 @@ STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: venv test test-slow lint train demo exercises solutions compat compat-floors compat-colab compat-newest autograder handout clean
 
-# uv installs the environment (pip puts uv in it first): 5 s against pip's 25 s from empty
-# download caches (benchmarks/README.md). uv reads its own settings, not pip's: where it cannot
-# install (an index only pip is configured for, say), or with PIP_ONLY=1, pip does, and uv's
-# output is kept in $(VENV)/uv.log. Neither byte-compiles: compileall does it on every core,
-# packages' own test folders left out (14 s on 2, where pip took 36 s on one). Compiled up
-# front, as PYTHONDONTWRITEBYTECODE=1 (set on some machines) would have every process compile
-# jax's modules again otherwise.
+# uv installs the environment (pip puts uv in it first): several times faster than pip from
+# empty download caches (benchmarks/README.md). uv reads its own settings, not pip's: where it
+# cannot install (an index only pip is configured for, say), or with PIP_ONLY=1, pip does, and
+# uv's output is kept in $(VENV)/uv.log. Neither byte-compiles: compileall does it on every
+# core, packages' own test folders left out, where pip would on one. Compiled up front, as
+# PYTHONDONTWRITEBYTECODE=1 (set on some machines) would have every process compile jax's
+# modules again otherwise.
 PIP_ONLY ?=
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -36,7 +36,7 @@ lint: $(STAMP)
 # The drift check fails if exercises/ was not regenerated after a change to solutions/.
 # The graded checks run in one process (their score table and exit status live there), beside
 # the other tests in $(JOBS) parallel workers (pytest-xdist): the checks keep about one core
-# busy, and the workers the rest (0.88x the time of one run after the other: benchmarks/
+# busy, and the workers the rest, sooner done than one run after the other (benchmarks/
 # README.md). The checks' output is shown after the workers' run; Ctrl-C stops both. The
 # end-to-end tests marked `slow` (whole training runs, notebooks, kills and resumes) run in
 # `make test-slow`, which CI runs after this.

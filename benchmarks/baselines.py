@@ -9,8 +9,8 @@ selected on the preset's validation split of the training reviews (2,500), and t
 evaluated once per model, with that epoch's params.
 
 With ``--bigram-tokens 50000`` the reviews are encoded as the default transformer recipe reads
-them (pair tokens, ``m2l_nlp.bigrams``; ``--bigram-mode interleave`` for the other layout), so
-``--models bow-mlp --tfidf`` trains a bag-of-tokens model on the transformer's own input.
+them (pair tokens, ``m2l_nlp.bigrams``), so ``--models bow-mlp --tfidf`` trains a bag-of-tokens
+model on the transformer's own input.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import json
 import os
 import time
 
-from m2l_nlp.bigrams import MODES
 from m2l_nlp.config import BASELINES, PRESETS
 from m2l_nlp.data import prepare_for
 from m2l_nlp.experiment import train_and_evaluate
@@ -38,13 +37,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--bigram-tokens", type=int, default=0, help="encode with this many pair tokens"
     )
-    parser.add_argument("--bigram-mode", default="merge", choices=MODES)
     parser.add_argument("--json", default=None, help="write the results to this JSON file")
     args = parser.parse_args(argv)
 
     rows = []
     for model in args.models:
-        changes = [f"bigram_tokens={args.bigram_tokens}", f"bigram_mode={args.bigram_mode}"]
+        changes = [f"bigram_tokens={args.bigram_tokens}"]
         if args.num_buckets is not None:
             changes.append(f"model.num_buckets={args.num_buckets}")
         if args.tfidf and model != "lstm":

@@ -1,6 +1,6 @@
 """Length buckets and micro-batches of the `default` recipe: compile time against padding.
 
-Every length bucket is one more compiled training step (about 2-3 s each on this CPU), and
+Every length bucket is one more compiled training step (seconds each on a CPU), and
 every coarser bucket computes more padding. This script trains the `default` preset's model
 for one epoch on the first ``--examples`` training reviews of IMDB, once per bucket list and
 micro-batch budget, each in a fresh process with no persistent compilation cache, and prints

@@ -21,8 +21,8 @@ It trains on the rest with the preset's recipe (``--set KEY=VALUE`` changes it, 
 ``m2l-nlp train --set`` does, and makes the ids; ``--model bag`` trains practical 1's bag MLP
 with TF-IDF on the same ids instead, its own settings changed by ``--bag-set KEY=VALUE``),
 keeps the last epoch and prints its accuracy and loss on both sets. Each
-epoch's line reports the film blocks. See docs/results.md, "validation reviews share films
-with the training reviews".
+epoch's line reports the film blocks. See docs/results.md, "How runs are made" and "How a
+change is adopted".
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU checks of benchmarks/README.md ("On a GPU"), in order of what is least known,
+# The GPU checks of benchmarks/README.md (its H200 figures), in order of what is least known,
 # each under its own time limit so that one slow step cannot eat the others' time.
 #
 #   [STEPS="tests graded"] bash benchmarks/gpu_checks.sh OUT_DIR [IMDB]
@@ -18,7 +18,7 @@
 #   train_k1    `make train`'s job, cold: test accuracy, wall time, programs compiled;
 #   train_k8    the same job at 8 steps per call (its data and evaluation programs cached);
 #   train_seeds not in the default list: the same job at seeds 1 and 2 (after train_k1, whose
-#               caches they reuse): the three-seed table of docs/results.md on the GPU;
+#               caches they reuse): the H200 row of docs/results.md;
 #   tests       every library test, the slow ones too, in parallel workers;
 #   graded      the graded checks against the reference solutions (one process: they refuse -n);
 #   xla_flags   not in the default list: K = 8 throughput and the step's operations under a few

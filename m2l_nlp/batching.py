@@ -28,9 +28,8 @@ import numpy as np
 from m2l_nlp import devices
 
 # Steps of 64 tokens up to 512 (where most reviews are), coarser above. Each width is one
-# more compiled training step (2-3 s on a CPU for the default recipe); steps of 32 computed
-# a little less padding but compiled 6 more steps for 512-token crops, a loss on the whole
-# (benchmarks/buckets.py).
+# more compiled training step; steps of 32 computed a little less padding but compiled 6 more
+# steps for 512-token crops, a loss on the whole (benchmarks/buckets.py, benchmarks/README.md).
 DEFAULT_WIDTHS = (*range(64, 513, 64), 640, 768, 896, 1024, 1536, 2048, 3072, 4096)
 
 # On a GPU/TPU padding is nearly free and every width is one more compilation of the step

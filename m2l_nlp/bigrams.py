@@ -9,14 +9,8 @@ phrase ("not good" is not "good"). The sequence keeps its length and the model i
 unchanged: the pairs are tokens like any other, with their own embedding rows after the
 tokenizer's vocabulary.
 
-That is the ``"merge"`` mode. The ``"interleave"`` mode keeps every token and puts the
-pair's id right after it instead: ``t0 p01 t1 p12 t2 ...``, with a pair slot only where the
-pair is in the table. The sequence grows (by 78 % on IMDB with 50,000 pairs), but every word
-keeps a vector of its own next to those of its phrases, where merging spreads what is learnt
-about "great" over "great film", "great acting" and every other pair that starts with it.
-(On our validation split it did not beat merging; see docs/results.md.) A preset's
-``bigram_backoff`` keeps the merged sequence and gives each pair its first token's vector
-as well (:func:`m2l_nlp.model.pair_tie`).
+A preset's ``bigram_backoff`` also gives each pair its first token's vector
+(:func:`m2l_nlp.model.pair_tie`).
 
 Ids: ``0 .. base - 1`` are the tokenizer's; ``base + k`` is pair ``k`` of the table. The
 table is ``(K, 2)`` int32, sorted, and saved with the tokenizer.
@@ -29,15 +23,9 @@ from pathlib import Path
 import numpy as np
 
 TABLE_FILE = "bigrams.npy"
-MODE_FILE = "bigram_mode.txt"  # beside the table; absent: "merge"
-MODES = ("merge", "interleave")
-
-
-def check_mode(mode: str) -> str:
-    """``mode`` if it is one of :data:`MODES`, else a ``ValueError`` that lists them."""
-    if mode not in MODES:
-        raise ValueError(f"bigram_mode must be one of {MODES}, not {mode!r}")
-    return mode
+# Beside the table in folders of earlier versions, which could also put each pair after its
+# token ("interleave"); absent or "merge": the merged ids above, the only layout read now.
+MODE_FILE = "bigram_mode.txt"
 
 
 def _codes(ids: np.ndarray, base: int) -> np.ndarray:
@@ -99,69 +87,24 @@ def merge_bigram_tokens(
     return out
 
 
-def interleave_bigram_tokens(
-    ids: np.ndarray, mask: np.ndarray, table: np.ndarray, base: int, seq_len: int | None = None
-) -> tuple[np.ndarray, np.ndarray]:
-    """Token ids ``(N, S)`` -> ids and mask int32 ``(N, seq_len)``: each real token, then the
-    id of its pair with the next token when that pair is in ``table`` (``t0 p01 t1 ...``).
-
-    Reviews longer than ``seq_len`` positions are cut (default: the longest result).
-    """
-    merged = merge_bigram_tokens(ids, mask, table, base)
-    mask = np.asarray(mask) != 0
-    if np.any(mask[:, 1:] & ~mask[:, :-1]):
-        raise ValueError("interleaving needs the real tokens first in each row, then padding")
-    has_pair = merged >= base  # only where the pair is real and in the table
-    n, s = merged.shape
-    # each token moves right by the number of pair slots before it
-    shift = np.cumsum(has_pair, axis=1) - has_pair
-    pos = np.arange(s)[None, :] + shift
-    lengths = mask.sum(axis=1) + has_pair.sum(axis=1)
-    width = int(lengths.max(initial=0)) if seq_len is None else seq_len
-    out = np.zeros((n, max(2 * s, width)), np.int32)
-    rows = np.broadcast_to(np.arange(n)[:, None], (n, s))
-    tokens = np.asarray(ids).astype(np.int32)
-    out[rows[mask], pos[mask]] = tokens[mask]
-    out[rows[has_pair], pos[has_pair] + 1] = merged[has_pair]
-    out = out[:, :width]
-    new_mask = (np.arange(width)[None, :] < lengths[:, None]).astype(np.int32)
-    return out * new_mask, new_mask
-
-
-def apply_bigram_tokens(
-    ids: np.ndarray,
-    mask: np.ndarray,
-    table: np.ndarray,
-    base: int,
-    mode: str = "merge",
-    seq_len: int | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Ids and mask with the pair tokens of ``table`` added the ``mode`` way (see above).
-
-    ``"merge"`` keeps the shape ``(N, S)``; ``"interleave"`` returns ``(N, seq_len)``.
-    """
-    if check_mode(mode) == "interleave":
-        return interleave_bigram_tokens(ids, mask, table, base, seq_len)
-    return merge_bigram_tokens(ids, mask, table, base), np.asarray(mask, np.int32)
-
-
-def save_table(folder: Path, table: np.ndarray, mode: str) -> None:
-    """Write ``table`` (and ``mode`` unless it is ``"merge"``) into ``folder``."""
-    check_mode(mode)
+def save_table(folder: Path, table: np.ndarray) -> None:
+    """Write ``table`` into ``folder``."""
     np.save(Path(folder) / TABLE_FILE, np.asarray(table, np.int32))
-    if mode != "merge":
-        (Path(folder) / MODE_FILE).write_text(mode + "\n")
 
 
-def load_table(folder: Path) -> tuple[np.ndarray | None, str]:
-    """The table and mode :func:`save_table` wrote in ``folder`` (``None, "merge"`` if none)."""
+def load_table(folder: Path) -> np.ndarray | None:
+    """The table :func:`save_table` wrote in ``folder`` (``None`` if none).
+
+    Raises ``ValueError`` for a folder whose pair tokens were interleaved with the tokens (an
+    earlier version's experiment), which the merged ids of this version cannot stand for."""
     folder = Path(folder)
     if not (folder / TABLE_FILE).is_file():
-        return None, "merge"
-    table = np.load(folder / TABLE_FILE, allow_pickle=False)
-    mode = "merge"
+        return None
     if (folder / MODE_FILE).is_file():
         mode = (folder / MODE_FILE).read_text().strip()
-        if mode not in MODES:
-            raise ValueError(f"{folder / MODE_FILE} names an unknown bigram mode {mode!r}")
-    return table, mode
+        if mode != "merge":
+            raise ValueError(
+                f"{folder / MODE_FILE} says {mode!r}: this version reads only merged pair tokens "
+                "('merge'): train a new checkpoint"
+            )
+    return np.load(folder / TABLE_FILE, allow_pickle=False)

@@ -45,7 +45,6 @@ class Checkpoint(NamedTuple):
     tokenizer: Any
     meta: dict[str, Any]
     bigram_table: np.ndarray | None = None
-    bigram_mode: str = "merge"  # how the pair tokens are added (m2l_nlp.bigrams.MODES)
 
 
 class CheckpointError(ValueError):
@@ -80,12 +79,10 @@ def save_checkpoint(
     tokenizer: Any,
     meta: dict[str, Any] | None = None,
     bigram_table: np.ndarray | None = None,
-    bigram_mode: str = "merge",
 ) -> Path:
     """Write a checkpoint folder at ``path`` atomically (replacing an older one); returns it.
 
-    Pass ``bigram_table`` and ``bigram_mode`` when the model was trained on bigram tokens
-    (``data.bigram_table``, ``data.bigram_mode``).
+    Pass ``bigram_table`` when the model was trained on bigram tokens (``data.bigram_table``).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -96,7 +93,7 @@ def save_checkpoint(
         (tmp / CONFIG_FILE).write_text(json_text(config.to_dict()))
         tokenizer.save(str(tmp / TOKENIZER_FILE))
         if bigram_table is not None:
-            bigrams.save_table(tmp, bigram_table, bigram_mode)
+            bigrams.save_table(tmp, bigram_table)
         (tmp / META_FILE).write_text(json_text(meta or {}, default=str))
         make_ordinary(tmp)
         if path.exists():
@@ -225,9 +222,9 @@ def load_checkpoint(
     with _reading(path / TOKENIZER_FILE):
         tokenizer = Tokenizer.from_file(str(path / TOKENIZER_FILE))
     try:
-        table, mode = bigrams.load_table(path)
-    except ValueError as error:
-        raise CheckpointError(f"{error}: the checkpoint is damaged; train a new one") from None
+        table = bigrams.load_table(path)
+    except ValueError as error:  # the message says what to do
+        raise CheckpointError(str(error)) from None
     needed = tokenizer.get_vocab_size()
     what = f"the tokenizer has {needed} tokens"
     if table is not None:
@@ -243,7 +240,7 @@ def load_checkpoint(
     if meta_path.is_file():
         with _reading(meta_path):
             meta = json.loads(meta_path.read_text())
-    return Checkpoint(params, config, tokenizer, meta, table, mode)
+    return Checkpoint(params, config, tokenizer, meta, table)
 
 
 def predict(
@@ -274,9 +271,7 @@ def predict(
     ids, mask = batch_encode(checkpoint.tokenizer, texts, seq_len=config.max_len)
     if table is not None:
         base = checkpoint.tokenizer.get_vocab_size()
-        ids, mask = bigrams.apply_bigram_tokens(
-            ids, mask, table, base, checkpoint.bigram_mode, config.max_len
-        )
+        ids = bigrams.merge_bigram_tokens(ids, mask, table, base)
     funcs = model.classifier(config, impl)
     check_params_fit(checkpoint.params, funcs, config, impl)
     data = batching.put_data(ids, mask, np.zeros(len(texts), np.int32))
@@ -308,7 +303,6 @@ def save_run(out: str | os.PathLike, run: Any, preset: Any, settings: Any, data:
             data.tokenizer,
             meta,
             bigram_table=data.bigram_table,
-            bigram_mode=data.bigram_mode,
         )
     write_json_atomic(out / "metrics.json", dict(run.metrics, history=run.history))
     curves = plotting.plot_training_curves(run.history, title="Training curves")

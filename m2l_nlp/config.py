@@ -122,11 +122,9 @@ class TrainSettings:
     warmup_fraction: float = 0.05  # of all steps, linear warm-up from 0
     final_lr_fraction: float = 0.02  # cosine decays to learning_rate * this
     weight_decay: float = 0.05  # AdamW, on matrices only (not biases, norms)
-    lazy_embeddings: bool = False  # embedding rows no review of a batch uses: no Adam step
     clip_norm: float = 1.0  # global gradient-norm clipping (0: none)
     crop_len: int = 256  # training windows: a random crop of this many tokens
     token_dropout: float = 0.0  # training only: hide this fraction of tokens (word dropout)
-    adversarial: float = 0.0  # > 0: add the loss at embeddings moved this share (adversarial.py)
     ema_decay: float = 0.0  # > 0: evaluate and keep a moving average of the parameters
     eval_every: int = 1  # evaluate every k epochs (and always after the last)
     keep_best: bool = True  # with eval data: return the epoch with the best eval accuracy
@@ -135,7 +133,8 @@ class TrainSettings:
     # None: CPU_MICRO_BATCH_CELLS on a CPU (cache-sized pieces), no split on a GPU/TPU; 0: off
     micro_batch_cells: int | None = None
     # optimizer steps per jitted call (a lax.scan over K batches of one width): on a GPU a step
-    # of batch 8 is too short to pay for its launch (K = 8: 1.3-2.4x faster); else 1 is as fast
+    # of batch 8 is too short to pay for its launch, so K = 8 runs more reviews per second; on
+    # a CPU, or with batches of 128, 1 is as fast (benchmarks/README.md)
     steps_per_call: int = 1
     seed: int = 0
 
@@ -150,7 +149,7 @@ class TrainSettings:
             raise ValueError(
                 f"micro_batch_cells must be >= 0 or None, not {self.micro_batch_cells}"
             )
-        for name in ("clip_norm", "adversarial", "weight_decay"):
+        for name in ("clip_norm", "weight_decay"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0 (0: off), not {getattr(self, name)}")
         if self.learning_rate <= 0:
@@ -226,20 +225,17 @@ class Preset:
     architecture: str = TRANSFORMER  # or one of BASELINES
     embed_scale: float = 1.0  # initial token embeddings times this (transformer)
     bigram_tokens: int = 0  # > 0: that many frequent token pairs as extra tokens (m2l_nlp.bigrams)
-    bigram_mode: str = "merge"  # "merge": a pair replaces its first token; "interleave": follows it
-    # True (merge mode): the model reads each pair token as its own residual row plus its
-    # first token's row (m2l_nlp.model.pair_tie); checkpoints store the sum
+    # True: the model reads each pair token as its own residual row plus its first token's
+    # row (m2l_nlp.model.pair_tie); checkpoints store the sum
     bigram_backoff: bool = False
     # True: a test run trains on every training review for the preset's epochs (chosen by
     # --no-test runs, which hold out val_size) and keeps the last. --val-size overrides it.
     final_fit: bool = False
 
     def __post_init__(self) -> None:
-        from m2l_nlp import bigrams
         from m2l_nlp.tokenization import MIN_VOCAB_SIZE
 
         check_field_types(self)
-        bigrams.check_mode(self.bigram_mode)
         if self.architecture not in (TRANSFORMER, *BASELINES):
             raise ValueError(
                 f"architecture must be {TRANSFORMER} or one of {', '.join(BASELINES)}, "
@@ -250,12 +246,10 @@ class Preset:
             check_at_least(self, least, (name,))
         if self.embed_scale <= 0:
             raise ValueError(f"embed_scale must be positive, not {self.embed_scale}")
-        if self.bigram_backoff and not (
-            self.bigram_tokens and self.bigram_mode == "merge" and self.architecture == TRANSFORMER
-        ):
+        if self.bigram_backoff and not (self.bigram_tokens and self.architecture == TRANSFORMER):
             raise ValueError(
-                "bigram_backoff needs the transformer with merged pair tokens (bigram_tokens > 0, "
-                "bigram_mode=merge): set bigram_backoff=false to train without them"
+                "bigram_backoff needs the transformer with pair tokens (bigram_tokens > 0): "
+                "set bigram_backoff=false to train without them"
             )
 
     def settings(self, **changes: Any) -> TrainSettings:
@@ -271,8 +265,7 @@ class Preset:
 
     def check(self) -> None:
         """Raise ``ValueError`` (or ``TypeError``) if the model or training settings are wrong."""
-        if self.settings().adversarial and self.architecture != TRANSFORMER:
-            raise ValueError("train.adversarial moves the transformer's embeddings: set it to 0")
+        self.settings()
         self.model_config()
 
     def val_size_for(self, n_train: int) -> int:

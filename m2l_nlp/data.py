@@ -190,7 +190,6 @@ class PreparedData:
     from_cache: bool = False
     cache_path: Path | None = None
     bigram_table: np.ndarray | None = dataclasses.field(default=None, repr=False)
-    bigram_mode: str = "merge"  # how the pair tokens were added (m2l_nlp.bigrams.MODES)
     shuffle_seed: int | None = None  # rows shuffled by shuffle_order(N, seed); None: file order
 
     @property
@@ -224,21 +223,17 @@ def prepare_imdb(
     use_cache: bool = True,
     progress: bool = True,
     bigram_tokens: int = 0,
-    bigram_mode: str = "merge",
 ) -> PreparedData:
     """Load IMDB, train the tokenizer on the train split, and encode both splits.
 
     ``seq_len`` tokens are kept per review. With ``bigram_tokens=K > 0``, the ``K`` most
     frequent pairs of neighbouring tokens in the train split become tokens of their own
-    (:mod:`m2l_nlp.bigrams`): with ``bigram_mode="merge"`` a token followed by its partner
-    is stored as the pair's id; with ``"interleave"`` the pair's id follows the token, and
-    ``seq_len`` counts positions (tokens and pairs) rather than tokens.
+    (:mod:`m2l_nlp.bigrams`): a token followed by its partner is stored as the pair's id.
 
     The result is cached in ``cache_dir`` (default :func:`default_cache_dir`) under a key
     made of the data's fingerprint and the settings; a second call with the same data and
     settings reads the cache (``from_cache`` is then True) and trains nothing.
     """
-    bigrams.check_mode(bigram_mode)
     path = imdb_archive.resolve_source(source, progress=progress)
     data_key = _checked_fingerprint(path)
     settings = {
@@ -246,7 +241,7 @@ def prepare_imdb(
         "vocab_size": vocab_size,
         "seq_len": seq_len,
         "bigram_tokens": bigram_tokens,
-        "bigram_mode": bigram_mode,
+        "bigram_mode": "merge",  # the only layout now; kept so that existing caches stay valid
         "seed": seed,
         "version": PREPARED_VERSION,
         "tokenizers": tokenizers.__version__,
@@ -277,7 +272,7 @@ def prepare_imdb(
     if bigram_tokens:
         base = tok.get_vocab_size()
         table = bigrams.fit_bigram_table(ids[:n], mask[:n], bigram_tokens, base)
-        ids, mask = bigrams.apply_bigram_tokens(ids, mask, table, base, bigram_mode, seq_len)
+        ids = bigrams.merge_bigram_tokens(ids, mask, table, base)
     train_ids, train_mask, test_ids, test_mask = ids[:n], mask[:n], ids[n:], mask[n:]
     data = PreparedData(
         train_ids=train_ids,
@@ -288,7 +283,6 @@ def prepare_imdb(
         test_labels=test_df["label"].to_numpy(np.int32),
         tokenizer=tok,
         bigram_table=table,
-        bigram_mode=bigram_mode if table is not None else "merge",
         shuffle_seed=seed,
     )
     if use_cache:
@@ -311,7 +305,7 @@ def _save_prepared(folder: Path, data: PreparedData, settings: dict) -> None:
             arrays[f"{split}_labels"] = getattr(data, f"{split}_labels").astype(np.int8)
         tokenization.save_tokenizer(data.tokenizer, tmp / "tokenizer.json")
         if data.bigram_table is not None:
-            bigrams.save_table(tmp, data.bigram_table, data.bigram_mode)
+            bigrams.save_table(tmp, data.bigram_table)
         (tmp / "settings.json").write_text(json_text(settings, indent=1, sort_keys=True))
         np.savez(tmp / "arrays.npz", **arrays)
         try:
@@ -332,7 +326,7 @@ def _load_prepared(folder: Path) -> PreparedData:
             fields[f"{split}_ids"] = ids
             fields[f"{split}_mask"] = (np.arange(ids.shape[1]) < lengths[:, None]).astype(np.int32)
             fields[f"{split}_labels"] = z[f"{split}_labels"].astype(np.int32)
-    fields["bigram_table"], fields["bigram_mode"] = bigrams.load_table(folder)
+    fields["bigram_table"] = bigrams.load_table(folder)
     return PreparedData(**fields, tokenizer=tok, from_cache=True, cache_path=folder)
 
 
@@ -354,5 +348,4 @@ def prepare_for(
         cache_dir=cache_dir,
         progress=progress,
         bigram_tokens=preset.bigram_tokens,
-        bigram_mode=preset.bigram_mode,
     )

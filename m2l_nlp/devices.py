@@ -48,11 +48,11 @@ def configure_environment(
 # Processes that compile hundreds of tiny programs and run each for milliseconds (the tests,
 # the graded checks, the trusted grader's worker processes) spend most of their time
 # compiling, not running. Three flags make that cheaper:
-# - XLA's backend optimisation level 0 skips LLVM's optimisation of the machine code and halves
-#   the compile time (XLA's own passes, fusion and layout, still run);
+# - XLA's backend optimisation level 0 skips LLVM's optimisation of the machine code, a large
+#   part of the compile time (XLA's own passes, fusion and layout, still run);
 # - on a CPU, XLA's older loop emitter in place of its fusion emitters (jaxlib 0.6 to 0.10
-#   have both) compiles a small training step in about half the time again (the library
-#   tests and the grader for credit take 0.7x the time: benchmarks/checking_flags.py);
+#   have both) compiles a small training step faster still (benchmarks/checking_flags.py
+#   measures both on the tests and the grader; benchmarks/README.md);
 # - on a GPU, the embedding's gradient (a scatter-add) rounds the same way in every run only
 #   when XLA is asked to be deterministic.
 # Sums may round in another order than under XLA's defaults, so results agree with training's
@@ -138,7 +138,7 @@ def checking_compiler_options(flags: str | None = None) -> dict[str, bool | int]
     """:data:`CHECKING_XLA_FLAGS` as options of one program (``jax.jit(...,
     compiler_options=...)``) for the graded checks of a process that did not start with them:
     a notebook's kernel, which also trains and so keeps XLA's defaults (there the checks
-    compile in about half the time: benchmarks/README.md). Left out: those that ``flags``
+    compile faster with them: benchmarks/README.md). Left out: those that ``flags``
     (default: this process's ``XLA_FLAGS``) names, which then hold for every program, and
     those the installed jaxlib does not know (:func:`checking_xla_flags`), or that XLA refuses
     for a tiny program on the checks' device (tried once per process: a check must never
@@ -176,10 +176,10 @@ def _compiles_with(options: dict[str, bool | int]) -> bool:
 def on_checking_device() -> Iterator[None]:
     """Within it, new arrays and the programs that use them go to the CPU, also in a process
     with a GPU or TPU: the graded checks run there. Their programs are tiny and each runs a
-    few times, so compiling is nearly all their cost, and a GPU's compiler takes longer over
-    each (a notebook's check cells of 12 exercises: 116 s on an H200, 27 s on a 2-core CPU;
-    benchmarks/README.md). Nothing changes where the CPU is already the default device, or
-    where this process has no CPU backend (``JAX_PLATFORMS`` names an accelerator alone)."""
+    few times, so compiling is nearly all their cost, and a GPU's compiler takes several times
+    longer over each than a CPU's (benchmarks/README.md). Nothing changes where the CPU is
+    already the default device, or where this process has no CPU backend (``JAX_PLATFORMS``
+    names an accelerator alone)."""
     import jax
 
     cpu = None

@@ -1,8 +1,7 @@
 """The optimizer and the training state of the loop.
 
 :func:`make_optimizer` is where the training settings meet optax: gradient clipping, then
-AdamW with a linear warm-up and a cosine decay, weight decay on matrices only, and optionally
-lazy rows for the embedding tables (:func:`lazy_rows`).
+AdamW with a linear warm-up and a cosine decay, weight decay on matrices only.
 :class:`TrainState` is what changes during training, with an optional moving average of the
 parameters (:func:`update_ema`).
 """
@@ -24,45 +23,10 @@ def _decay_mask(params: hk.Params) -> Any:
     return jax.tree_util.tree_map(lambda p: p.ndim >= 2, params)
 
 
-def _embedding_tables(params: hk.Params) -> Any:
-    """True for the tables of ``hk.Embed`` (a parameter named ``embeddings``), else False."""
-    return {
-        module: {name: name == "embeddings" for name in leaves} for module, leaves in params.items()
-    }
-
-
-def lazy_rows(adam: optax.GradientTransformation, tables: Any) -> optax.GradientTransformation:
-    """``adam`` (``optax.scale_by_adam``) made lazy for the rows of the ``tables`` leaves.
-
-    A row of a table whose gradient is zero in a step (its token is in no review of the
-    batch) keeps its two moments as they were and gets no update; every other row and
-    parameter gets ``adam``'s. With dense Adam a token seen once keeps moving for dozens of
-    steps on its momentum, about ten times as far as in the step that saw it.
-    ``tables(params)`` gives True for each ``(V, D)`` leaf to treat so.
-    """
-
-    def update(grads, state, params=None):
-        updates, new = adam.update(grads, state, params)
-
-        def rows_seen(is_table, g):  # (V, 1) for a table, a scalar True for the rest
-            return jnp.any(g != 0, axis=-1, keepdims=True) if is_table else jnp.bool_(True)
-
-        seen = jax.tree_util.tree_map(rows_seen, tables(grads), grads)
-
-        def keep(old, now):  # the rows of a table not seen keep their moments
-            return jax.tree_util.tree_map(lambda s, o, n: jnp.where(s, n, o), seen, old, now)
-
-        updates = jax.tree_util.tree_map(lambda s, u: jnp.where(s, u, 0.0), seen, updates)
-        return updates, new._replace(mu=keep(state.mu, new.mu), nu=keep(state.nu, new.nu))
-
-    return optax.GradientTransformation(adam.init, update)
-
-
 @functools.lru_cache(maxsize=16)
 def make_optimizer(settings: TrainSettings, total_steps: int) -> optax.GradientTransformation:
     """Gradient clipping (unless ``clip_norm`` is 0), then AdamW with linear warm-up and
-    cosine decay (constant with ``final_lr_fraction=1`` and no warm-up), lazy for the
-    embedding tables' rows with ``lazy_embeddings`` (:func:`lazy_rows`).
+    cosine decay (constant with ``final_lr_fraction=1`` and no warm-up).
 
     The same settings and step count give the same object, so the jitted steps that take
     the optimizer as a static argument compile once for both runs."""
@@ -81,11 +45,8 @@ def make_optimizer(settings: TrainSettings, total_steps: int) -> optax.GradientT
         schedule = optax.cosine_decay_schedule(
             settings.learning_rate, total_steps, alpha=settings.final_lr_fraction
         )
-    adam = optax.scale_by_adam()  # optax.adamw's, spelled out so that its rows can be lazy
-    if settings.lazy_embeddings:
-        adam = lazy_rows(adam, _embedding_tables)
-    adamw = optax.chain(
-        adam,
+    adamw = optax.chain(  # optax.adamw's chain, step for step
+        optax.scale_by_adam(),
         optax.add_decayed_weights(settings.weight_decay, _decay_mask),
         optax.scale_by_learning_rate(schedule),
     )

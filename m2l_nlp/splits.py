@@ -2,8 +2,7 @@
 
 The reviews of a prepared split are shuffled (:func:`shuffle_order`); the validation reviews
 are runs of neighbouring file ids (:func:`film_blocks`), so that, as for the test set, most
-of their films have no review in training (docs/results.md, "validation reviews share films
-with the training reviews").
+of their films have no review in training (docs/results.md, "How runs are made").
 """
 
 from __future__ import annotations

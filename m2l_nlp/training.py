@@ -30,7 +30,6 @@ import optax
 from tqdm.auto import tqdm
 
 from m2l_nlp import batching, devices, metrics
-from m2l_nlp.adversarial import value_and_grad as adversarial_grads
 from m2l_nlp.batching import DeviceData
 from m2l_nlp.config import TrainSettings
 from m2l_nlp.evaluation import evaluate
@@ -41,11 +40,8 @@ from m2l_nlp.splits import Split
 from m2l_nlp.transform import ModelFuncs
 
 
-def _loss_sum_and_grads(
-    params, key, ids, mask, labels, weights, apply, objective, micro, adversarial=0.0
-):
-    """Weighted sums of the row losses and accuracies, the loss's gradient (with
-    ``adversarial`` > 0, plus that of the loss at perturbed embeddings: :mod:`.adversarial`).
+def _loss_sum_and_grads(params, key, ids, mask, labels, weights, apply, objective, micro):
+    """Weighted sums of the row losses and accuracies, and the loss's gradient.
 
     With ``micro > 1`` the batch is processed as ``micro`` micro-batches in a ``lax.scan``
     and the gradients are summed (gradient accumulation): the result is the same as one
@@ -55,14 +51,10 @@ def _loss_sum_and_grads(
     several devices every micro-batch is too.
     """
 
-    if adversarial > 0:
-        grad_fn = adversarial_grads(apply, objective, adversarial)
-    else:
+    def loss_sum(params, key, ids, mask, labels, weights):
+        return objective.weighted_sums(apply(params, key, ids, mask, True), labels, weights)
 
-        def loss_sum(params, key, ids, mask, labels, weights):
-            return objective.weighted_sums(apply(params, key, ids, mask, True), labels, weights)
-
-        grad_fn = jax.value_and_grad(loss_sum, has_aux=True)
+    grad_fn = jax.value_and_grad(loss_sum, has_aux=True)
     if micro == 1:
         (total, hits), grads = grad_fn(params, key, ids, mask, labels, weights)
         return total, hits, grads
@@ -78,9 +70,7 @@ def _loss_sum_and_grads(
     return total, hits, grads
 
 
-def _mean_grads(
-    params, key, ids, mask, labels, weights, apply, objective, micro=1, tie=None, adversarial=0.0
-):
+def _mean_grads(params, key, ids, mask, labels, weights, apply, objective, micro=1, tie=None):
     """Gradient of the mean row loss of one batch; returns ``(grads, loss, n_correct)``.
 
     With ``tie`` the model reads ``tie(params)``: the micro-batches are run on those, and
@@ -89,7 +79,7 @@ def _mean_grads(
     weights = weights.astype(jnp.float32)
     read, pull_back = jax.vjp(tie, params) if tie is not None else (params, None)
     total, hits, grads = _loss_sum_and_grads(
-        read, key, ids, mask, labels, weights, apply, objective, micro, adversarial
+        read, key, ids, mask, labels, weights, apply, objective, micro
     )
     grads = grads if tie is None else pull_back(grads)[0]
     count = jnp.maximum(weights.sum(), 1.0)
@@ -177,7 +167,6 @@ def _make_epoch_step(
     token_dropout: float = 0.0,
     ema_decay: float = 0.0,
     tie: Callable | None = None,
-    adversarial: float = 0.0,
 ) -> Callable:
     """The jitted epoch step: ``step(state, sums, at, key, data, plan, width, micro)`` runs
     call ``at`` of the epoch (a device scalar, returned plus one). ``plan`` is the epoch's
@@ -207,7 +196,7 @@ def _make_epoch_step(
         )
         apply = model.model.apply
         grads, loss, correct = _mean_grads(
-            params, step_key, ids, mask, labels, weights, apply, objective, micro, tie, adversarial
+            params, step_key, ids, mask, labels, weights, apply, objective, micro, tie
         )
         count = weights.sum()
         return grads, sums + jnp.stack([loss * count, correct, count])
@@ -326,7 +315,7 @@ def train(
             kept = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(params), leaves)
             best = (tuple(score), epoch, kept, best_result)
     state = devices.put_replicated(state, mesh)
-    knobs = (settings.token_dropout, settings.ema_decay, tie, settings.adversarial)
+    knobs = (settings.token_dropout, settings.ema_decay, tie)
     step = _make_epoch_step(model, optimizer, objective, mesh, *knobs)
 
     def model_params(state: TrainState) -> hk.Params:  # tied on the host: no program

@@ -96,63 +96,19 @@ def test_bad_input_says_what_is_wrong():
         bigrams.merge_bigram_tokens(ids, mask, np.array([[2, 3], [1, 2]], np.int32), base=4)
 
 
-def _interleaved_reference(row: list[int], table: np.ndarray, base: int) -> list[int]:
-    """Each token, then its pair with the next token when the pair is in the table."""
-    index = {(int(a), int(b)): base + k for k, (a, b) in enumerate(table)}
-    out = []
-    for i, token in enumerate(row):
-        out.append(token)
-        if i + 1 < len(row) and (token, row[i + 1]) in index:
-            out.append(index[(token, row[i + 1])])
-    return out
-
-
-def test_interleaving_matches_a_per_review_reference():
-    base = 9
-    rows, ids, mask, table = _random_reviews(1, base, (0, 1, 2, 7, 12, 12, 4), pairs=12)
-    out, out_mask = bigrams.interleave_bigram_tokens(ids, mask, table, base)
-    expected = [_interleaved_reference(row, table, base) for row in rows]
-    assert out.shape == out_mask.shape == (len(rows), max(map(len, expected)))
-    assert out.dtype == out_mask.dtype == np.int32
-    for i, want in enumerate(expected):
-        n = len(want)
-        assert out[i, :n].tolist() == want
-        assert out_mask[i].tolist() == [1] * n + [0] * (out.shape[1] - n)
-        assert not out[i, n:].any()
-    # seq_len cuts long reviews and pads short ones
-    cut, cut_mask = bigrams.interleave_bigram_tokens(ids, mask, table, base, seq_len=6)
-    for i, want in enumerate(expected):
-        assert cut[i, : min(6, len(want))].tolist() == want[:6]
-        assert cut_mask[i].sum() == min(6, len(want))
-    wide, _ = bigrams.interleave_bigram_tokens(ids, mask, table, base, seq_len=40)
-    assert wide.shape == (len(rows), 40)
-
-
-def test_apply_dispatches_on_the_mode_and_refuses_others():
-    ids, mask = _padded([[3, 4, 3, 9]], width=5)
-    table = np.array([[3, 4], [4, 3]], np.int32)
-    merged, same_mask = bigrams.apply_bigram_tokens(ids, mask, table, 10, "merge")
-    assert merged.tolist() == [[10, 11, 3, 9, 0]] and same_mask.tolist() == mask.tolist()
-    inter, inter_mask = bigrams.apply_bigram_tokens(ids, mask, table, 10, "interleave", 8)
-    assert inter.tolist() == [[3, 10, 4, 11, 3, 9, 0, 0]]
-    assert inter_mask.tolist() == [[1, 1, 1, 1, 1, 1, 0, 0]]
-    with pytest.raises(ValueError, match="mode must be one of"):
-        bigrams.apply_bigram_tokens(ids, mask, table, 10, "between")
-    with pytest.raises(ValueError, match="real tokens first"):
-        bigrams.interleave_bigram_tokens(ids, np.array([[0, 1, 1, 1, 0]]), table, 10)
-
-
-def test_the_table_and_its_mode_round_trip(tmp_path):
+def test_the_table_round_trips_and_an_earlier_merge_mode_file_still_loads(tmp_path):
     table = np.array([[1, 2], [3, 4]], np.int32)
-    assert bigrams.load_table(tmp_path) == (None, "merge")  # nothing saved
-    bigrams.save_table(tmp_path, table, "merge")
-    loaded, mode = bigrams.load_table(tmp_path)
-    np.testing.assert_array_equal(loaded, table)
-    assert mode == "merge" and not (tmp_path / bigrams.MODE_FILE).exists()
-    bigrams.save_table(tmp_path, table, "interleave")
-    assert bigrams.load_table(tmp_path)[1] == "interleave"
-    (tmp_path / bigrams.MODE_FILE).write_text("sideways\n")
-    with pytest.raises(ValueError, match="unknown bigram mode"):
+    assert bigrams.load_table(tmp_path) is None  # nothing saved
+    bigrams.save_table(tmp_path, table)
+    np.testing.assert_array_equal(bigrams.load_table(tmp_path), table)
+    assert not (tmp_path / bigrams.MODE_FILE).exists()
+    (tmp_path / bigrams.MODE_FILE).write_text("merge\n")  # as earlier versions could write it
+    np.testing.assert_array_equal(bigrams.load_table(tmp_path), table)
+
+
+def test_interleaved_pair_tokens_of_an_earlier_version_are_refused_in_one_line(tmp_path):
+    bigrams.save_table(tmp_path, np.array([[1, 2]], np.int32))
+    (tmp_path / bigrams.MODE_FILE).write_text("interleave\n")
+    with pytest.raises(ValueError, match="only merged pair tokens") as info:
         bigrams.load_table(tmp_path)
-    with pytest.raises(ValueError, match="mode must be one of"):
-        bigrams.save_table(tmp_path, table, "sideways")
+    assert "\n" not in str(info.value) and "train a new checkpoint" in str(info.value)

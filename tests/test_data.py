@@ -180,28 +180,3 @@ def test_prepare_imdb_with_bigram_tokens(tmp_path):
     np.testing.assert_array_equal(second.train_ids, first.train_ids)
     np.testing.assert_array_equal(second.test_mask, first.test_mask)
     assert second.vocab_size == first.vocab_size
-
-
-def test_prepare_imdb_with_interleaved_bigram_tokens(tmp_path):
-    cache = tmp_path / "prep"
-    kw = dict(vocab_size=300, seq_len=48, cache_dir=cache, bigram_tokens=50)
-    merged = data.prepare_imdb(data.SMALL_DATA, **kw)
-    inter = data.prepare_imdb(data.SMALL_DATA, **kw, bigram_mode="interleave")
-    assert not inter.from_cache and inter.bigram_mode == "interleave"
-    assert merged.bigram_mode == "merge"
-    np.testing.assert_array_equal(inter.bigram_table, merged.bigram_table)  # same pairs
-    assert inter.seq_len == 48 and inter.vocab_size == merged.vocab_size
-    base = merged.tokenizer.get_vocab_size()
-    # the same reviews, each token followed by its pair id: dropping the pairs gives the tokens
-    plain = data.prepare_imdb(data.SMALL_DATA, vocab_size=300, seq_len=48, cache_dir=cache)
-    for i in range(5):
-        real = inter.train_ids[i, inter.train_mask[i] == 1]
-        tokens = real[real < base]
-        assert tokens.tolist() == plain.train_ids[i, : len(tokens)].tolist()
-        assert (real >= base).any() and len(real) == 48  # long reviews are cut at seq_len
-    again = data.prepare_imdb(data.SMALL_DATA, **kw, bigram_mode="interleave")
-    assert again.from_cache and again.bigram_mode == "interleave"
-    np.testing.assert_array_equal(again.test_ids, inter.test_ids)
-    np.testing.assert_array_equal(again.test_mask, inter.test_mask)
-    with pytest.raises(ValueError, match="bigram_mode must be one of"):
-        data.prepare_imdb(data.SMALL_DATA, **kw, bigram_mode="between")

@@ -1,9 +1,7 @@
-"""Tests of m2l_nlp.optim: weight decay on matrices only, AdamW and its lazy table rows, the
+"""Tests of m2l_nlp.optim: weight decay on matrices only, AdamW with clipping, the
 moving average of the weights."""
 
 from __future__ import annotations
-
-import dataclasses
 
 import jax
 import jax.numpy as jnp
@@ -74,45 +72,3 @@ def test_the_optimizer_is_optax_adamw_with_clipping():
         jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(theirs), strict=True
     ):
         np.testing.assert_array_equal(a, b)
-
-
-def _constant_rate(**changes) -> TrainSettings:
-    """Adam at a constant learning rate of 1e-2, no clipping."""
-    return TrainSettings(
-        learning_rate=1e-2, clip_norm=0.0, warmup_fraction=0.0, final_lr_fraction=1.0, **changes
-    )
-
-
-def test_lazy_rows_move_only_in_steps_that_see_them():
-    settings = _constant_rate(weight_decay=0.0)
-    lazy = optim.make_optimizer(dataclasses.replace(settings, lazy_embeddings=True), 10)
-    dense = optim.make_optimizer(settings, 10)
-    # row 0 in every step, row 1 only in the first, rows 2-5 never
-    params, grads = _table_params_and_grads(10, lambda t: [0, 1] if t == 0 else [0])
-    lazy_params, lazy_state = _run(lazy, params, grads)
-    dense_params, _ = _run(dense, params, grads)
-    table = params["m/~/embed"]["embeddings"]
-    lazy_table = lazy_params["m/~/embed"]["embeddings"]
-    dense_table = dense_params["m/~/embed"]["embeddings"]
-    np.testing.assert_allclose(lazy_table[0], dense_table[0], rtol=1e-6)  # seen: Adam's step
-    np.testing.assert_array_equal(lazy_table[2:], table[2:])  # never seen: never moved
-    # row 1 moved in step 0 only: one learning rate per coordinate (Adam's first step)
-    np.testing.assert_allclose(np.abs(lazy_table[1] - table[1]), 1e-2, rtol=1e-4)
-    # dense Adam carried it on for nine more steps on its momentum
-    assert np.all(np.abs(dense_table[1] - table[1]) > 3 * 1e-2)
-    adam_state = lazy_state[0]
-    mu = adam_state.mu["m/~/embed"]["embeddings"]
-    assert np.all(mu[2:] == 0) and np.all(mu[1] != 0)
-    np.testing.assert_allclose(mu[1], 0.1 * grads[0]["m/~/embed"]["embeddings"][1], rtol=1e-6)
-    # the matrix is no table: lazy or not, the same AdamW steps
-    np.testing.assert_array_equal(lazy_params["m/~/linear"]["w"], dense_params["m/~/linear"]["w"])
-
-
-def test_lazy_rows_still_decay():
-    settings = _constant_rate(weight_decay=0.5, lazy_embeddings=True)
-    params, grads = _table_params_and_grads(4, lambda t: [0])
-    out, _ = _run(optim.make_optimizer(settings, 4), params, grads)
-    table = params["m/~/embed"]["embeddings"]
-    np.testing.assert_allclose(
-        out["m/~/embed"]["embeddings"][3], table[3] * (1 - 1e-2 * 0.5) ** 4, rtol=1e-6
-    )
