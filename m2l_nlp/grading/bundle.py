@@ -193,8 +193,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         hidden = [ex for ex in load_exercises().values() if ex.hidden]
         points = sum(ex.points for ex in hidden)
         print(
-            f"left out: solutions/ and the solved notebooks; {len(hidden)} hidden exercises "
-            f"({points:g} points, solutions/hidden/) are graded by the autograder only"
+            "left out: solutions/ and the solved notebooks; the hidden checks of "
+            f"solutions/hidden/ ({len(hidden)} exercise(s), {points:g} points) are graded by "
+            "the autograder only"
         )
     return 0
 
