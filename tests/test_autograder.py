@@ -482,8 +482,7 @@ def _tests(data: dict) -> dict[str, dict]:
 
 
 def _points(data: dict, practical: str) -> float:
-    exercises = load_exercises()
-    return sum(t["score"] for t in data["tests"] if exercises[t["name"]].practical == practical)
+    return sum(t["score"] for t in data["tests"] if t["tags"][0] == practical)
 
 
 def _practical_refused(data: dict, words: str) -> None:
@@ -661,7 +660,11 @@ def test_the_grade_is_reproduced_from_its_seed(graded, tmp_path):
     )
     assert run.returncode == 0, run.stderr[-3000:]
     second = json.loads(again.read_text())
-    assert second["tests"] == first["tests"] and second["extra_data"]["seed"] == seed
+
+    def verdicts(data: dict) -> list[dict]:  # the same but for the seconds they took
+        return [{k: v for k, v in t.items() if k != "execution_time"} for t in data["tests"]]
+
+    assert verdicts(second) == verdicts(first) and second["extra_data"]["seed"] == seed
 
 
 def test_no_user_to_run_student_code_is_said_in_the_results(installed, tmp_path):
