@@ -111,10 +111,9 @@ def _reference_programs(scratch: Path) -> dict[str, str]:
 
     While timing, every check runs the reference twice, once as the graded code and once
     as the reference, and each side compiles programs of its own, most of them the same
-    programs: the second is then read back, not compiled (practical 2's pass in 0.65x
-    the time, ``benchmarks/README.md``). Student workers get no cache: their user cannot open
-    this folder, so they can neither plant a program for the reference to run nor run one
-    of its programs."""
+    programs: the second is then read back, not compiled. Student workers get no cache: their
+    user cannot open this folder, so they can neither plant a program for the reference to
+    run nor run one of its programs."""
     folder = tempfile.mkdtemp(prefix="reference-programs-", dir=scratch)
     return {
         "JAX_COMPILATION_CACHE_DIR": folder,

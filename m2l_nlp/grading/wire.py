@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-# One message. The checks' largest reply is a few hundred KiB; decoding the worst 8 MiB of
-# JSON (a million tiny objects) keeps the grader well under 1 GiB (benchmarks/README.md).
+# One message. The checks' replies are small arrays; the worst 8 MiB of JSON (a million tiny
+# objects) is the most a student's process can make the grader decode (benchmarks/README.md).
 MAX_BYTES = 8 * 2**20
 _ARRAY_KINDS = "biufc"  # bool, int, unsigned, float, complex
 HEADER = struct.Struct(">Q")
