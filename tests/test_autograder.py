@@ -570,7 +570,7 @@ def test_a_hard_link_to_the_solutions_is_refused(graded):
 
 def test_a_fifo_and_a_huge_sparse_file_are_refused_unread(graded):
     _practical_refused(graded.results["fifo"], "named pipe (FIFO)")
-    _practical_refused(graded.results["sparse_huge_file"], "larger than")
+    _practical_refused(graded.results["sparse_huge_file"], "over the limit of 20 MiB")
 
 
 @pytest.mark.parametrize(

@@ -288,7 +288,7 @@ class Worker:
         """The worker closed its pipe: it ended, or will be ended now."""
         try:
             code = self.process.wait(timeout=1.0)
-            self._end(WorkerLost(f"exit status {code}"))
+            self._end(WorkerLost(_ended(code)))
         except subprocess.TimeoutExpired:
             self._end(WorkerLost("it closed its pipe to the grader"))
 
@@ -342,6 +342,18 @@ class Worker:
             except OSError:
                 pass
         self.gone = self.gone or WorkerLost("it was stopped")
+
+
+def _ended(code: int) -> str:
+    """How a process ended, in words: its exit status, or the signal that ended it."""
+    if code >= 0:
+        return f"exit status {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    hint = " (out of memory or of processes?)" if name in ("SIGABRT", "SIGSEGV") else ""
+    return f"killed by {name}{hint}"
 
 
 def _exception(error: Any) -> BaseException:
