@@ -121,7 +121,7 @@ def test_a_notebook_as_bytes_is_read_as_utf8_with_bad_bytes_replaced():
         (_notebook(7), "source of cell 1 is not text"),
         (_notebook(["A = 1\n", 2]), "source of cell 1 is not text"),
         (_notebook("A = 1\n", "B = 2\0\n"), "cell 2 holds a NUL byte"),
-        (_notebook("X = " + "-" * 100_000 + "1\n"), "cell 1 is nested too deeply to parse"),
+        (_notebook("X = " + "-" * 100_000 + "1\n"), "cell 1 is too large or nested too deeply"),
     ],
 )
 def test_a_hostile_notebook_is_one_line_for_its_practical_only(tmp_path, text, why):
@@ -330,3 +330,18 @@ def test_the_submission_folder_a_link_or_a_file_is_a_submission_error(tmp_path):
         find_practicals(tmp_path / "link", ["p1", "p2"])
     with pytest.raises(SubmissionError, match="not a folder"):
         find_practicals(folder / "p1.py", ["p1", "p2"])
+
+
+def test_a_notebook_that_would_take_gigabytes_to_parse_costs_the_grader_nothing(tmp_path):
+    """Parsing 1.5 million tiny statements takes about 3 GB: the grader reads a notebook in a
+    bounded process of its own, so it refuses that practical and stays small itself."""
+    import resource
+
+    folder = _submission(tmp_path)
+    cell = {"cell_type": "code", "metadata": {}, "source": "a;" * 1_500_000}
+    (folder / "p2.ipynb").write_text(json.dumps({"cells": [cell]}))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    found = find_practicals(folder, ["p1", "p2"])
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert found["p2"].text is None and "too large or nested" in found["p2"].problem
+    assert found["p1"].text == GOOD and grown_mib < 100

@@ -5,7 +5,9 @@ A submission holds, for each practical, ``<practical>.py`` at its top, or
 (``practical2_transformers.ipynb`` as Colab downloads it, ``Copy of ...`` included).
 From a notebook only what a module needs is kept: imports, functions, classes and constant
 assignments of its code cells (never the setup cell, the ``check`` calls, the training cells
-or shell lines), so nothing runs but definitions.
+or shell lines); like a ``.py`` file's, they run when the worker imports them, as the
+student. The grader reads a notebook in a process of its own, bounded in memory and time
+(:func:`module_from_notebook_bounded`): parsing tiny statements costs about 1 GB per MB.
 
 The grader reads the submission as root and the student controls every byte of it, names and
 file types included (DESIGN.md, "Grading"). So the folder is walked through descriptors
@@ -26,6 +28,8 @@ import json
 import os
 import re
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 SETUP_CELL = Path(__file__).parent.parent / "setup_cell.py"  # the notebooks' setup cell
@@ -149,6 +153,34 @@ def module_from_notebook(text: str | bytes, name: str = "the notebook") -> str:
     raise NotebookError(f"{name} is not a readable notebook: {reason}")
 
 
+NOTEBOOK_MEMORY = 1 << 30  # the address space of the process that reads one notebook
+NOTEBOOK_SECONDS = 60.0
+
+
+def module_from_notebook_bounded(data: bytes, name: str) -> str:
+    """:func:`module_from_notebook` in a process of its own (this file run in isolated mode:
+    nothing but the standard library), with at most ``NOTEBOOK_MEMORY`` of address space and
+    ``NOTEBOOK_SECONDS``. Raises :class:`NotebookError` for a notebook it cannot read."""
+    too_large = f"{name} is not a readable notebook: it is too large or too deeply nested to read"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", __file__, name],
+            input=data,
+            capture_output=True,
+            timeout=NOTEBOOK_SECONDS,
+        )
+        reply = json.loads(done.stdout)
+    except subprocess.TimeoutExpired:
+        raise NotebookError(f"{too_large} in {NOTEBOOK_SECONDS:g} s") from None
+    except ValueError:  # no reply: the process ran out of memory
+        raise NotebookError(too_large) from None
+    if isinstance(reply, dict) and isinstance(reply.get("error"), str):
+        raise NotebookError(reply["error"])
+    if not isinstance(reply, dict) or not isinstance(reply.get("ok"), str):
+        raise NotebookError(too_large)
+    return reply["ok"]
+
+
 def _module(text: str) -> str:
     notebook = json.loads(text)
     cells = notebook.get("cells") if isinstance(notebook, dict) else None
@@ -171,8 +203,8 @@ def _module(text: str) -> str:
             continue
         try:
             code = _cell_code(source)
-        except (RecursionError, MemoryError):  # the parser's stack, not a syntax error
-            raise _Refused(f"the code of cell {number} is nested too deeply to parse") from None
+        except (RecursionError, MemoryError):  # the parser's stack or memory, not the syntax
+            raise _Refused(f"cell {number} is too large or nested too deeply to parse") from None
         if code is None:
             continue
         for line in code.split("\n"):
@@ -486,7 +518,7 @@ def _find(tree: _Tree, practical: str) -> Found:
         data = tree.read(chosen.parts)
         text = data.decode("utf-8", errors="replace")
         if chosen.parts[-1].endswith(".ipynb"):
-            text = module_from_notebook(text, name)
+            text = module_from_notebook_bounded(data, name)
     except (_Refused, NotebookError) as err:
         return Found(None, name, str(err), notes)
     return Found(text, name, "", notes)
@@ -503,3 +535,14 @@ def find_practicals(folder: Path, practicals: list[str]) -> dict[str, Found]:
         return {practical: _find(tree, practical) for practical in practicals}
     finally:
         tree.close()
+
+
+if __name__ == "__main__":  # module_from_notebook_bounded's process: bytes in, JSON out
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (NOTEBOOK_MEMORY, NOTEBOOK_MEMORY))
+    try:
+        result = {"ok": module_from_notebook(sys.stdin.buffer.read(), sys.argv[1])}
+    except NotebookError as err:
+        result = {"error": str(err)}
+    sys.stdout.write(json.dumps(result))
