@@ -176,7 +176,9 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
     partial = new("partial_in_exercises_folder") / "exercises"  # the repository's layout
     shutil.copytree(honest, partial)
     path = partial / f"{P1}.py"
-    path.write_text(path.read_text().replace(".max(present)", ".add(present)"))  # counts
+    path.write_text(  # counts; and a line a later submission of the batch must not read
+        "# VICTIM-MARKER-5d2c\n" + path.read_text().replace(".max(present)", ".add(present)")
+    )
     path = partial / f"{P2}.py"
     path.write_text(path.read_text().replace(") / math.sqrt(d_k)", ")"))  # no scaling
 
@@ -390,6 +392,34 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
     )
     attack = new("submission_is_a_file")  # in a batch, one submission's loss is its own
     attack.write_text("not a folder\n")
+    attack = new("leaves_files_behind")  # in the shared folders, on disk and in memory
+    _solved(attack, P1, P2)
+    _with(
+        attack,
+        P1,
+        "for _f in ('/tmp', '/var/tmp', '/dev/shm'):\n"
+        "    open(_f + '/m2l-left-behind-5d2c', 'wb').write(b'x' * (1 << 20))\n",
+    )
+    attack = new("reads_earlier_submissions")  # last: every other submission came before
+    _stubs(attack)
+    _replace(
+        attack,
+        P2,
+        "def scaled_dot_product(",
+        "def scaled_dot_product(q, k, v, mask=None):\n"
+        "    import glob, os\n"
+        "    class CheckFailure(Exception):\n"
+        "        pass\n"
+        "    seen = []\n"
+        "    for pattern in ('/tmp/**/*.py', '/tmp/**/m2l-left-*', '/dev/shm/*', '/var/tmp/*'):\n"
+        "        for path in glob.glob(pattern, recursive=True):\n"
+        "            try:\n"
+        "                seen.append(path + ': ' + open(path, errors='replace').read(200))\n"
+        "            except OSError:\n"
+        "                pass\n"
+        "    raise CheckFailure('\\n'.join(s for s in seen if '5d2c' in s) or 'nothing')\n\n\n"
+        "def _stub_scaled_dot_product(",
+    )
     return made
 
 
@@ -628,6 +658,16 @@ def test_cleanup_kills_what_student_code_started_and_nothing_else(graded):
     assert graded.results["escapes_and_changes_pid"]["score"] == FULL
     assert graded.bystander.poll() is None  # the user's process the grader did not start
     assert _processes_of(_student_user(graded.env)) == {graded.bystander.pid}
+
+
+def test_in_a_batch_no_submission_reads_or_keeps_what_another_left(graded):
+    """Each submission's files and what its code wrote in /tmp, /var/tmp and /dev/shm are
+    gone before the next one runs (here: the last reads everything it can find)."""
+    spy = _tests(graded.results["reads_earlier_submissions"])["scaled_dot_product"]["output"]
+    assert "nothing" in spy and "VICTIM" not in spy and "left-behind" not in spy, spy
+    assert graded.results["leaves_files_behind"]["score"] == FULL
+    for folder in ("/tmp", "/var/tmp", "/dev/shm"):
+        assert not Path(folder, "m2l-left-behind-5d2c").exists()
 
 
 def test_in_a_batch_each_results_file_is_its_own(graded):

@@ -124,6 +124,31 @@ def reap_orphans(keep: set[int]) -> None:
             pass
 
 
+SHARED_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")  # where any user may write
+
+
+def remove_files_of(uid: int, since: float, folders: tuple[str, ...] = SHARED_FOLDERS) -> int:
+    """Remove what user ``uid`` made in the shared folders since ``since`` (a time.time()),
+    after its processes are gone: in a batch, a submission's files (on disk or, in /dev/shm,
+    in memory) must neither fill the machine nor be read by the next. Walked through folder
+    descriptors, never following a link. Returns how many entries were removed."""
+    removed = 0
+    for top in folders:
+        if not os.path.isdir(top):
+            continue
+        for _, folders_here, files, fd in os.fwalk(top, topdown=False, follow_symlinks=False):
+            for name, is_dir in [(f, False) for f in files] + [(d, True) for d in folders_here]:
+                try:
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    if st.st_uid != uid or st.st_ctime < since:
+                        continue
+                    (os.rmdir if is_dir else os.unlink)(name, dir_fd=fd)
+                    removed += 1
+                except OSError:  # gone, or a folder that holds others' files
+                    continue
+    return removed
+
+
 def kill_descendants(keep: set[int] = frozenset(), rounds: int = 200) -> int:
     """Kill every process below this one but ``keep`` (and theirs), again until none is
     left: a process that forks while being killed leaves a child for the next round, and

@@ -390,9 +390,10 @@ def blame_earlier(results: list[ExerciseResult]) -> None:
         culprits = {n: failing[n] for n in r.exercise.uses if n in failing}
         if r.status == "failed" and culprits:
             names = ", ".join(culprits)
-            where = ", ".join(dict.fromkeys(culprits.values()))
+            failed = list(dict.fromkeys(culprits.values()))
+            where = ", ".join(failed) + (" fails" if len(failed) == 1 else " fail")
             r.note = (
-                f"note: this exercise calls your {names}, and {where} fails: fix that first, "
+                f"note: this exercise calls your {names}, and {where}: fix that first, "
                 "then this one may pass as it is"
             )
         if r.status != "passed":

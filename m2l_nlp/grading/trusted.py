@@ -55,6 +55,7 @@ from m2l_nlp.grading.remote import (
     check_workers_start,
     kill_descendants,
     reap_orphans,
+    remove_files_of,
     unprivileged_user,
 )
 from m2l_nlp.grading.report import results_json, score_table
@@ -141,9 +142,15 @@ def reference_pass(
     return remote, limits
 
 
-def _own_words(message: object, folder: Path) -> str:
-    """A message as the student should read it: their file by its name, not our folder."""
-    return str(message).replace(f"{folder}/", "")[:MESSAGE_CHARS]
+def _own_words(
+    message: object, folder: Path, practical: str = "", found: Found | None = None
+) -> str:
+    """A message as the student should read it: their file by its name, not our folder (a
+    notebook's definitions by the notebook's name), advice for a submission, not for pytest."""
+    text = str(message).replace(f"{folder}/", "").replace("run pytest again", "submit again")
+    if found is not None and (found.name or "").endswith(".ipynb"):
+        text = text.replace(f"{practical}.py", f"{practical}.py (the definitions of {found.name})")
+    return text[:MESSAGE_CHARS]
 
 
 def _all_results(exercises: list[Exercise], status: str, message: str) -> list[ExerciseResult]:
@@ -177,14 +184,14 @@ def grade_practical(
         )
         return _all_results(exercises, "error" if found.problem else "not started", message)
     path = folder / f"{practical}.py"
-    home = Path(tempfile.mkdtemp(prefix="home-", dir=folder.parent))
+    home = Path(tempfile.mkdtemp(prefix="home-", dir=folder))  # removed with the folder
     if user is not None:
         os.chown(home, *user)
     limited = {LIMITS_ENV: "1"}
     try:
         worker: Worker | None = _start(folder, practical, user, home, limited)
     except CheckFailure as err:  # the file does not import: said once, for every exercise
-        return _all_results(exercises, "error", _own_words(err, folder))
+        return _all_results(exercises, "error", _own_words(err, folder, practical, found))
     except WorkerStopped:
         message = f"importing {practical}.py took more than {LOAD_LIMIT_S:g} s"
         return _all_results(exercises, "error", message)
@@ -230,7 +237,8 @@ def grade_practical(
                 reap_orphans({w.process.pid for w in (worker, reference.worker) if w})
             deadline = worker.deadline if worker is not None else deadline  # pauses moved it
             status, message = outcome(err, {str(path)})
-            checks.append(CheckResult(ex.name, chk.name, status, _own_words(message, folder)))
+            message = _own_words(message, folder, practical, found)
+            checks.append(CheckResult(ex.name, chk.name, status, message))
         results.append(ExerciseResult(ex, checks, seconds=time.monotonic() - started))
     if worker is not None:
         worker.kill()
@@ -326,6 +334,7 @@ def grade(
         keep = {ref.worker.process.pid for ref, _ in references.values()}
         for number, (submission, results_path) in enumerate(jobs):
             this_seed = seed if seed is not None else secrets.randbits(62) + 1
+            started = time.time()
             folder = scratch / f"submission-{number}"
             folder.mkdir(mode=0o755)
             if len(jobs) > 1:
@@ -352,9 +361,15 @@ def grade(
                     this_seed,
                 )
                 notes, errors, table = [], [], ""
-            finally:
-                kill_descendants(keep)  # nothing the student started outlives the grading
-            write_json_atomic(results_path, data)
+            finally:  # nothing the student started or wrote outlives the grading
+                kill_descendants(keep)
+                if user is not None:
+                    remove_files_of(user[0], started)
+                shutil.rmtree(folder, ignore_errors=True)
+            try:
+                write_json_atomic(results_path, data)
+            except OSError as err:  # e.g. a full disk: the next submission may still fit
+                log(f"error: could not write {results_path}: {err}")
             written.append(data)
             for text in [*notes, *errors]:
                 log(text)
