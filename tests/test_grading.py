@@ -1002,7 +1002,9 @@ def test_import_error_and_timeout_are_reported(tmp_path):
     # the exercise's second check is not run at all: one hang costs its time once
     assert "not run: an earlier check of this exercise was stopped" in tests["spin"]["output"]
     assert tests["spin"]["output"].count("stopped after 2 s") == 1
-    assert tests["broken"]["status"] == "failed" and tests["broken"]["output"].startswith("**error**")
+    assert tests["broken"]["status"] == "failed" and tests["broken"]["output"].startswith(
+        "**error**"
+    )
 
 
 def test_grading_entry_point_and_impl_env(tmp_path):
