@@ -31,6 +31,7 @@ venv: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports  # the layers of m2l_nlp: pyproject.toml [tool.importlinter]
 
 # Instructor / CI suite: lint, library tests and every graded check against the solutions.
 # The drift check fails if exercises/ was not regenerated after a change to solutions/.
@@ -93,13 +94,13 @@ exercises: $(STAMP)
 
 # Instructor: regenerate exercises/ (and notebooks/), grade the solutions with every check,
 # and fail if a generated file differed from what is committed (review, commit, run again).
-NOTEBOOKS := $(wildcard m2l_nlp/make_notebooks.py)
+NOTEBOOKS := $(wildcard m2l_nlp/notebooks/make.py)
 solutions: $(STAMP)
 	@drift=0; \
 	$(BIN)/python -m m2l_nlp.grading.stubs --check || drift=1; \
-	if [ -n "$(NOTEBOOKS)" ]; then $(BIN)/python -m m2l_nlp.make_notebooks --check || drift=1; fi; \
+	if [ -n "$(NOTEBOOKS)" ]; then $(BIN)/python -m m2l_nlp.notebooks.make --check || drift=1; fi; \
 	$(BIN)/python -m m2l_nlp.grading.stubs $(if $(FORCE),--force) || exit 1; \
-	if [ -n "$(NOTEBOOKS)" ]; then $(BIN)/python -m m2l_nlp.make_notebooks || exit 1; fi; \
+	if [ -n "$(NOTEBOOKS)" ]; then $(BIN)/python -m m2l_nlp.notebooks.make || exit 1; fi; \
 	$(BIN)/python -m pytest tests/graded --impl solutions -q || exit 1; \
 	if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && \
 	   [ -n "$$(git status --porcelain -- exercises notebooks)" ]; then \

@@ -118,7 +118,7 @@ def tiny_config() -> ClassifierConfig:
 @pytest.fixture(scope="session")
 def tiny_model(tiny_config):
     """The tiny classifier's ModelFuncs: one object per session, so its steps compile once."""
-    from m2l_nlp import model
+    from m2l_nlp.model import classifiers as model
 
     return model.classifier(tiny_config)
 
@@ -127,7 +127,7 @@ def tiny_model(tiny_config):
 def tiny_params(tiny_model, tiny_config):
     import jax
 
-    from m2l_nlp import model
+    from m2l_nlp.model import classifiers as model
 
     return model.init_params(tiny_model, jax.random.PRNGKey(0), tiny_config.max_len)
 

@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from m2l_nlp import bigrams, data, imdb_archive, tokenization
-from m2l_nlp.splits import shuffle_order
+from m2l_nlp.data import bigrams, imdb_archive, tokenization
+from m2l_nlp.data import pipeline as data
+from m2l_nlp.data.splits import shuffle_order
 
 
 @pytest.fixture(scope="module")

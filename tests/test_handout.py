@@ -23,10 +23,7 @@ pytestmark = pytest.mark.slow
 def _hidden_names() -> list[str]:
     """The course's hidden exercises, read in a process of their own (once imported, they
     stay registered)."""
-    code = (
-        "from m2l_nlp.grading.registry import load_hidden\n"
-        "print('\\n'.join(load_hidden()))\n"
-    )
+    code = "from m2l_nlp.grading.registry import load_hidden\nprint('\\n'.join(load_hidden()))\n"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return out.stdout.split()
 

@@ -28,7 +28,8 @@ import re
 import stat
 from pathlib import Path
 
-SETUP_CELL = Path(__file__).parent.parent / "setup_cell.py"  # the notebooks' setup cell
+# The notebooks' setup cell.
+SETUP_CELL = Path(__file__).parent.parent / "notebooks" / "setup_cell.py"
 
 MAX_FILE_BYTES = 20 * 2**20  # one practical's file or notebook (st_size, before reading it)
 MAX_ENTRIES = 2_000  # files, folders and anything else walked in the whole submission

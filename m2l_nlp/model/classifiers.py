@@ -2,7 +2,7 @@
 
 - :func:`classifier`: practical 2's transformer classifier (``classifier_forward`` of the
   solutions, the student's exercises, or a notebook's own cells).
-- :func:`baseline`: a practical-1 baseline (:mod:`m2l_nlp.baselines` writes its forward).
+- :func:`baseline`: a practical-1 baseline (:mod:`m2l_nlp.model.baselines` writes its forward).
 - :func:`for_preset`: whichever of the two a :class:`~m2l_nlp.config.Preset` names.
 
 Each returns :class:`~m2l_nlp.transform.ModelFuncs`: ``model.apply(params, key, ids, mask,
@@ -22,9 +22,9 @@ import haiku as hk
 import jax
 import numpy as np
 
-from m2l_nlp import baselines
 from m2l_nlp.config import TRANSFORMER, BaselineConfig, ClassifierConfig, Preset
 from m2l_nlp.impl import Impl, practical_namespace
+from m2l_nlp.model import baselines
 from m2l_nlp.transform import ModelFuncs, funcs_from_stateful
 
 PRACTICAL = "practical2_transformers"
@@ -51,7 +51,7 @@ def pair_tie(backoff: np.ndarray, vocab_size: int) -> Callable[[hk.Params], hk.P
     the last ``K`` of the ``vocab_size`` ids. The stored embedding table holds one
     *residual* row per pair; the classifier reads pair ``k`` as its residual plus the row of
     its first token, so what is learnt about "great" also reaches "great acting". The
-    students' modules are unchanged: :func:`m2l_nlp.training.train` trains the stored rows
+    students' modules are unchanged: :func:`m2l_nlp.train.loop.train` trains the stored rows
     through ``tie=`` (the gradient is pulled back through it once per step) and returns the
     classifier's parameters, which checkpoints store. It runs inside the step on traced
     arrays, and on NumPy arrays on the host, where it compiles nothing.

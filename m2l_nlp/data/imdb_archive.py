@@ -36,7 +36,7 @@ from m2l_nlp.fileio import atomic_file, make_ordinary
 IMDB_URL = "https://ai.stanford.edu/~amaas/data/sentiment/aclImdb_v1.tar.gz"
 IMDB_SHA256 = "c40f74a18d3b61f90feba1e17730e0d38e8b97c05fde7008942e91923d1658fe"
 SOURCE_ENV = "M2L_NLP_IMDB"
-DATA_DIR = Path(__file__).resolve().parent.parent / "data"
+DATA_DIR = Path(__file__).resolve().parents[2] / "data"
 SPLITS = ("train", "test")
 LABELS = {"pos": 1, "neg": 0}
 _BR = re.compile(r"<br\s*/?>", re.IGNORECASE)

@@ -5,7 +5,7 @@ Layout of a checkpoint folder::
     params.npz       one array per parameter, named "<module>/<name>"
     config.json      the ClassifierConfig (model sizes)
     tokenizer.json   the tokenizer the ids were made with
-    bigrams.npy      the table of bigram tokens, if the model reads them (m2l_nlp.bigrams)
+    bigrams.npy      the table of bigram tokens, if the model reads them (m2l_nlp.data.bigrams)
     meta.json        free-form extras (training settings, metrics, impl)
 
 A checkpoint is written to a temporary folder beside the target and renamed into place, so
@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from m2l_nlp import bigrams
+from m2l_nlp.data import bigrams
 from m2l_nlp.config import ClassifierConfig
 from m2l_nlp.fileio import json_text, make_ordinary
 
@@ -147,7 +147,7 @@ def check_params_fit(
     ``model`` (built from ``config`` with the code of ``impl``) creates."""
     import jax
 
-    from m2l_nlp.model import init_params
+    from m2l_nlp.model.classifiers import init_params
 
     wanted = jax.eval_shape(  # shapes only: nothing is computed
         lambda key: init_params(model, key, config.max_len), jax.random.PRNGKey(0)
@@ -256,8 +256,10 @@ def predict(
     the model's ``max_len`` (the first ``max_len`` tokens are read, in windows of the
     training crop length as during training), or non-ASCII.
     """
-    from m2l_nlp import batching, evaluation, model
-    from m2l_nlp.tokenization import batch_encode
+    from m2l_nlp.data import batching
+    from m2l_nlp.train import evaluation
+    from m2l_nlp.model import classifiers as model
+    from m2l_nlp.data.tokenization import batch_encode
 
     if not isinstance(checkpoint, Checkpoint):
         checkpoint = load_checkpoint(checkpoint)
@@ -283,7 +285,7 @@ def predict(
 
 
 def save_run(out: str | os.PathLike, run: Any, preset: Any, settings: Any, data: Any) -> None:
-    """Write what :func:`m2l_nlp.experiment.train_and_evaluate` made into the folder ``out``:
+    """Write what :func:`m2l_nlp.runs.experiment.train_and_evaluate` made into the folder ``out``:
     ``metrics.json``, the training curves and (test runs) the confusion matrix, and for the
     transformer a ``checkpoint/`` that ``m2l-nlp predict`` reads."""
     import dataclasses

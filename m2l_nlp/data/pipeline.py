@@ -1,7 +1,7 @@
 """IMDB reviews for the classifier: cache the parsed texts, tokenize and encode them.
 
 Where the reviews come from (a download, an archive, a folder), how they are read and
-cleaned is :mod:`m2l_nlp.imdb_archive`. The parsed texts and the prepared arrays are cached
+cleaned is :mod:`m2l_nlp.data.imdb_archive`. The parsed texts and the prepared arrays are cached
 under ``data/cache/`` (or ``M2L_NLP_CACHE``), keyed by the data's content and the settings.
 """
 
@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 import tokenizers
 
-from m2l_nlp import bigrams, imdb_archive, tokenization
 from m2l_nlp.config import Preset
+from m2l_nlp.data import bigrams, imdb_archive, tokenization
+from m2l_nlp.data.splits import shuffle_order
 from m2l_nlp.fileio import atomic_file, json_text, make_ordinary
-from m2l_nlp.splits import shuffle_order
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -178,7 +178,8 @@ def _frame(texts: list[str], labels: np.ndarray, *, seed: int | None) -> pd.Data
 class PreparedData:
     """IMDB encoded for the classifier: ids and mask int32 ``(N, seq_len)``, labels int32
     ``(N,)`` (1 = positive), and the tokenizer that made them. With ``bigram_table``, a
-    token followed by a frequent partner is stored as the pair's id (:mod:`m2l_nlp.bigrams`)."""
+    token followed by a frequent partner is stored as the pair's id
+    (:mod:`m2l_nlp.data.bigrams`)."""
 
     train_ids: np.ndarray
     train_mask: np.ndarray
@@ -228,7 +229,7 @@ def prepare_imdb(
 
     ``seq_len`` tokens are kept per review. With ``bigram_tokens=K > 0``, the ``K`` most
     frequent pairs of neighbouring tokens in the train split become tokens of their own
-    (:mod:`m2l_nlp.bigrams`): a token followed by its partner is stored as the pair's id.
+    (:mod:`m2l_nlp.data.bigrams`): a token followed by its partner is stored as the pair's id.
 
     The result is cached in ``cache_dir`` (default :func:`default_cache_dir`) under a key
     made of the data's fingerprint and the settings; a second call with the same data and

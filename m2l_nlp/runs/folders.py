@@ -40,20 +40,20 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from m2l_nlp.fileio import atomic_file, write_json_atomic
+from m2l_nlp.train.metrics import EvalResult
+from m2l_nlp.train.progress import Progress
 
-if TYPE_CHECKING:
-    from m2l_nlp.metrics import EvalResult
 
 MARKER = "run.json"
 MADE = ".m2l-nlp-made"  # in every folder this module makes, from its first instant
 PROGRESS = "progress.json"
 LEGACY_FILES = {"checkpoint", "metrics.json", "training_curves.png", "confusion_matrix.png"}
-# what a checkpoint held before run.json recorded a run's files (m2l_nlp.checkpoint, bigrams)
+# what a checkpoint held before run.json recorded a run's files (m2l_nlp.runs.checkpoint, bigrams)
 LEGACY_CHECKPOINT = {"params.npz", "config.json", "tokenizer.json", "meta.json"}
 LEGACY_CHECKPOINT |= {"bigrams.npy", "bigram_mode.txt"}
 CRASH_ENV = "M2L_NLP_CRASH_AT"
@@ -448,30 +448,12 @@ def _result_to_json(result: Any) -> dict[str, Any] | None:
     return dict(accuracy=result.accuracy, loss=result.loss, confusion=confusion, count=result.count)
 
 
-def _result_from_json(saved: dict[str, Any] | None) -> Any:
-    from m2l_nlp.metrics import EvalResult
-
+def _result_from_json(saved: dict[str, Any] | None) -> EvalResult | None:
     if saved is None:
         return None
     confusion = None if saved["confusion"] is None else np.asarray(saved["confusion"])
     loss = math.nan if saved["loss"] is None else saved["loss"]
     return EvalResult(saved["accuracy"], loss, confusion, saved["count"])
-
-
-class Progress(NamedTuple):
-    """The training loop (:func:`m2l_nlp.training.train`) after a completed epoch, on the
-    host: enough to continue it exactly.
-
-    ``state`` and the best epoch's parameters are flat lists of arrays (the leaves of the
-    :class:`~m2l_nlp.optim.TrainState` and of the params, in ``jax.tree_util`` order), so
-    that they can be saved as plain arrays (:func:`progress_to_save`).
-    """
-
-    epoch: int  # epochs completed
-    state: list[np.ndarray]
-    history: dict[str, list[float]]
-    best: tuple[tuple[float, float], int, list[np.ndarray], EvalResult] | None = None
-    result: EvalResult | None = None  # the last evaluation
 
 
 def progress_to_save(progress: Progress) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

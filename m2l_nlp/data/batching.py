@@ -59,7 +59,7 @@ def token_lengths(mask: np.ndarray) -> np.ndarray:
     if not np.array_equal(mask != 0, np.arange(mask.shape[1]) < lengths[:, None]):
         raise ValueError(
             "the mask must be right-padded (1s then 0s in every row), as made by "
-            "m2l_nlp.tokenization.batch_encode"
+            "m2l_nlp.data.tokenization.batch_encode"
         )
     return lengths
 

@@ -24,9 +24,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from m2l_nlp import metrics, training
 from m2l_nlp.config import ReverseConfig
 from m2l_nlp.impl import load_practical
+from m2l_nlp.train import loop as training
+from m2l_nlp.train import metrics
 from m2l_nlp.transform import ModelFuncs, funcs_from_stateful
 
 PRACTICAL2 = "practical2_transformers"
@@ -123,7 +124,7 @@ def train_reverse(
 ) -> ReverseResult:
     """Train the reverse-sequence model with the course's loop (``impl`` and ``module`` as in
     :func:`make_forward`): ``config.steps`` batches of random sequences over
-    ``config.epochs`` epochs, a cross-entropy per token (:data:`m2l_nlp.metrics.TOKENS`)."""
+    ``config.epochs`` epochs, a cross-entropy per token (:data:`m2l_nlp.train.metrics.TOKENS`)."""
     config = config or ReverseConfig()
     start = time.perf_counter()
     funcs = funcs_from_stateful(make_forward(config, impl, module))
