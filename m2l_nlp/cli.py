@@ -335,7 +335,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def cmd_grade(pytest_args: Sequence[str]) -> int:
     try:
-        from m2l_nlp.grading.cli import main as grade_main
+        from m2l_nlp.grading.local.cli import main as grade_main
     except ImportError as error:
         print(f"error: the grader is not available ({error})", file=sys.stderr)
         return 2

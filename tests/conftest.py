@@ -9,7 +9,7 @@ import pytest
 from m2l_nlp import devices
 from m2l_nlp.config import ClassifierConfig
 
-pytest_plugins = ["m2l_nlp.grading.pytest_plugin"]
+pytest_plugins = ["m2l_nlp.grading.local.pytest_plugin"]
 
 # The CLI keeps compiled programs on disk (JAX_COMPILATION_CACHE_DIR); an empty value turns
 # that off, so tests that run the CLI, and the subprocesses they start, write none.
@@ -68,7 +68,7 @@ def _share_compiled_programs(request, tmp_path_factory):
     student's) keeps the grader's folder on disk instead, so that the next run is quick."""
     import jax
 
-    from m2l_nlp.grading.pytest_plugin import graded_only
+    from m2l_nlp.grading.local.pytest_plugin import graded_only
 
     if graded_only(request.session):
         return

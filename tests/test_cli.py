@@ -97,7 +97,7 @@ def test_grade_forwards_to_the_grader(monkeypatch):
         seen["argv"] = list(argv)
         return 3
 
-    import m2l_nlp.grading.cli as grading_cli
+    import m2l_nlp.grading.local.cli as grading_cli
 
     monkeypatch.setattr(grading_cli, "main", fake_main)
     assert cli.main(["grade", "-m", "classifier", "--impl", "solutions"]) == 3

@@ -89,7 +89,7 @@ def test_missing_exercises_gives_a_clear_error(tmp_path: Path, capsys):
     root = copy_sources(tmp_path)
     (root / "exercises" / f"{PRACTICAL}.py").unlink()
     assert make_notebooks.main(["--root", str(root)]) == 2
-    assert "python -m m2l_nlp.grading.stubs" in capsys.readouterr().err
+    assert "python -m m2l_nlp.grading.checks.stubs" in capsys.readouterr().err
 
 
 def test_notebook_structure_setup_cell_and_no_outputs():

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from m2l_nlp.grading import check
-from m2l_nlp.grading.practical1 import features as graded
+from m2l_nlp.grading.checks.practical1 import features as graded
 from m2l_nlp.impl import load_practical, repo_root
 
 PRACTICAL = "practical1_baselines"
@@ -156,7 +156,7 @@ def _grade(module, exercise: str):
 
 
 def test_every_exercise_is_registered():
-    from m2l_nlp.grading.registry import load_exercises
+    from m2l_nlp.grading.checks.catalog import load_exercises
 
     mine = {n: ex for n, ex in load_exercises().items() if ex.practical == PRACTICAL}
     assert list(mine) == list(EXERCISES)

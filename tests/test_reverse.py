@@ -47,7 +47,7 @@ def impl(request: pytest.FixtureRequest) -> str:
 
 def _grader_key():
     try:
-        from m2l_nlp.grading.pytest_plugin import GRADER
+        from m2l_nlp.grading.local.pytest_plugin import GRADER
     except ImportError:  # the grading plugin is not installed: use the reference
         return None
     return GRADER

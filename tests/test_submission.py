@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from m2l_nlp.grading import submission
-from m2l_nlp.grading.submission import (
+from m2l_nlp.grading.trusted import submission
+from m2l_nlp.grading.trusted.submission import (
     Found,
     NotebookError,
     SubmissionError,

@@ -160,7 +160,7 @@ def build_notebook(
     """
     if not source.is_file():
         hint = (
-            "generate the stubs first: python -m m2l_nlp.grading.stubs (or make exercises)"
+            "generate the stubs first: python -m m2l_nlp.grading.checks.stubs (or make exercises)"
             if source.parent.name == "exercises"
             else "check the path"
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from m2l_nlp.config import ClassifierConfig
-from m2l_nlp.grading.practical2.common import (
+from m2l_nlp.grading.checks.practical2.common import (
     FF,
     PRACTICAL,
     VOCAB,
@@ -16,8 +16,8 @@ from m2l_nlp.grading.practical2.common import (
     S,
     _ids_mask,
 )
-from m2l_nlp.grading.registry import exercise
-from m2l_nlp.grading.tools import (
+from m2l_nlp.grading.checks.registry import exercise
+from m2l_nlp.grading.checks.tools import (
     builder,
     expect_array,
     expect_close,

@@ -18,8 +18,8 @@ import inspect
 from collections.abc import Iterator
 from typing import Any
 
-from m2l_nlp.grading.registry import get_exercise
-from m2l_nlp.grading.runner import (
+from m2l_nlp.grading.checks.catalog import get_exercise
+from m2l_nlp.grading.checks.runner import (
     CheckResult,
     ExerciseResult,
     StudentNamespace,
@@ -74,7 +74,7 @@ def check(exercise: str, *objects: Any, verbose: bool = True, **named: Any) -> E
         named: the same objects by name, e.g. ``masked_pool=my_pool``.
 
     Returns:
-        An :class:`~m2l_nlp.grading.runner.ExerciseResult` (``.status``, ``.points``,
+        An :class:`~m2l_nlp.grading.checks.runner.ExerciseResult` (``.status``, ``.points``,
         ``.checks``).
     """
     ex = get_exercise(exercise)

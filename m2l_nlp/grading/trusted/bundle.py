@@ -1,14 +1,14 @@
 """What an instructor hands out: the Gradescope autograder zip, and the student handout.
 
-    python -m m2l_nlp.grading.bundle autograder dist/autograder.zip   # make autograder
-    python -m m2l_nlp.grading.bundle handout dist/handout             # make handout
+    python -m m2l_nlp.grading.trusted.bundle autograder dist/autograder.zip   # make autograder
+    python -m m2l_nlp.grading.trusted.bundle handout dist/handout             # make handout
 
 - The **autograder** zip holds ``setup.sh`` and ``run_autograder`` (from
-  ``m2l_nlp/grading/gradescope/``) at its top, with what they install and run: the
+  ``m2l_nlp/grading/trusted/gradescope/``) at its top, with what they install and run: the
   library, ``pyproject.toml`` and ``solutions/`` (readable by root only once installed).
 - The **handout** is the repository without ``solutions/``, the solved notebooks and the
   instructor's tests, CI and benchmarks; it carries the reference's answers to every check
-  instead (``m2l_nlp/grading/expected/``, recorded here), so ``pytest`` in it grades the
+  instead (``m2l_nlp/grading/checks/expected/``, recorded here), so ``pytest`` in it grades the
   exercises with the same checks and messages. A later exercise then calls the student's
   own earlier ones (there is no reference to stand in for them).
 
@@ -91,8 +91,8 @@ def _checked_settings(root: Path) -> dict[str, float]:
     autograder will: a mistake is said now, not on the first submission. Returns the
     hidden points per practical. Call it after anything that records answers: the hidden
     exercises stay registered in this process."""
-    from m2l_nlp.grading.registry import load_exercises, load_hidden, read_settings
-    from m2l_nlp.grading.settings import SettingsError
+    from m2l_nlp.grading.checks.catalog import load_exercises, load_hidden, read_settings
+    from m2l_nlp.grading.checks.settings import SettingsError
 
     try:
         hidden = load_hidden(root)
@@ -133,9 +133,10 @@ def _replace_folder(tmp: Path, out: Path) -> None:
 
 def handout(out: Path, root: Path | None = None) -> Path:
     """Write the student handout to the folder ``out`` (see the module docstring)."""
-    from m2l_nlp.grading import expected
-    from m2l_nlp.grading.registry import load_exercises
-    from m2l_nlp.grading.runner import reference, stub_lines_of
+    from m2l_nlp.grading.checks import expected
+    from m2l_nlp.grading.checks.catalog import load_exercises
+    from m2l_nlp.grading.checks.runner import reference, stub_lines_of
+    from m2l_nlp.grading.trusted.recording import record
 
     root = root or repo_root()
     if not (root / "solutions").is_dir():
@@ -154,8 +155,8 @@ def handout(out: Path, root: Path | None = None) -> Path:
         practicals = dict.fromkeys(ex.practical for ex in load_exercises().values())
         for practical in practicals:
             ref = reference(practical)
-            recorder = expected.record(practical, ref, stub_lines_of(ref))
-            expected.save(recorder, practical, tmp / "m2l_nlp" / "grading" / "expected")
+            recorder = record(practical, ref, stub_lines_of(ref))
+            expected.save(recorder, practical, tmp / "m2l_nlp" / "grading" / "checks" / "expected")
         hidden = _checked_settings(root)  # after recording: no hidden check is recorded
         if hidden:  # the local score table says which points only the autograder grades
             lines = [f"{p} = {v:g}" for p, v in hidden.items()]
@@ -174,7 +175,7 @@ def handout(out: Path, root: Path | None = None) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m m2l_nlp.grading.bundle")
+    parser = argparse.ArgumentParser(prog="python -m m2l_nlp.grading.trusted.bundle")
     parser.add_argument("what", choices=("autograder", "handout"))
     parser.add_argument("out", type=Path, help="the zip (autograder) or folder (handout)")
     args = parser.parse_args(argv)
@@ -188,7 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(f"wrote {path}")
     if args.what == "handout":
-        from m2l_nlp.grading.registry import load_exercises
+        from m2l_nlp.grading.checks.catalog import load_exercises
 
         hidden = [ex for ex in load_exercises().values() if ex.hidden]
         points = sum(ex.points for ex in hidden)

@@ -7,7 +7,7 @@
    ``time_limit_factor`` times, at least ``MIN_LIMIT_S`` seconds). The hidden checks
    (``solutions/hidden/``) are graded too, shown as ``grading.toml`` says.
 2. Each submission gets a fresh grading seed: every input of every check is drawn from it
-   (:func:`~m2l_nlp.grading.tools.seeded`), so answers recorded from the handout or from an
+   (:func:`~m2l_nlp.grading.checks.tools.seeded`), so answers recorded from the handout or from an
    earlier grading match nothing. The student's process never sees it; the instructor finds
    it in the log and in ``results.json``'s ``extra_data``, and ``--seed`` grades again with it.
 3. The submission is read as data (:mod:`.submission`: no links, no special files, sizes
@@ -36,15 +36,21 @@ from pathlib import Path
 from typing import Any
 
 from m2l_nlp.fileio import write_json_atomic
-from m2l_nlp.grading.expected import record
-from m2l_nlp.grading.registry import (
-    CheckFailure,
-    Exercise,
-    load_exercises,
-    load_hidden,
-    read_settings,
+from m2l_nlp.grading.checks.catalog import load_exercises, load_hidden, read_settings
+from m2l_nlp.grading.checks.registry import CheckFailure, Exercise
+from m2l_nlp.grading.checks.report import results_json, score_table
+from m2l_nlp.grading.checks.runner import (
+    CheckResult,
+    ExerciseResult,
+    blame_earlier,
+    outcome,
+    run_check,
+    stub_lines_from,
 )
-from m2l_nlp.grading.remote import (
+from m2l_nlp.grading.checks.settings import SettingsError
+from m2l_nlp.grading.checks.tools import seeded
+from m2l_nlp.grading.trusted.recording import record
+from m2l_nlp.grading.trusted.remote import (
     RemoteNamespace,
     Worker,
     WorkerGone,
@@ -57,19 +63,8 @@ from m2l_nlp.grading.remote import (
     reap_orphans,
     unprivileged_user,
 )
-from m2l_nlp.grading.report import results_json, score_table
-from m2l_nlp.grading.runner import (
-    CheckResult,
-    ExerciseResult,
-    blame_earlier,
-    outcome,
-    run_check,
-    stub_lines_from,
-)
-from m2l_nlp.grading.settings import SettingsError
-from m2l_nlp.grading.submission import Found, SubmissionError, find_practicals
-from m2l_nlp.grading.tools import seeded
-from m2l_nlp.grading.worker import LIMITS_ENV
+from m2l_nlp.grading.trusted.submission import Found, SubmissionError, find_practicals
+from m2l_nlp.grading.trusted.worker import LIMITS_ENV
 from m2l_nlp.impl import repo_root
 
 MIN_LIMIT_S = 10.0

@@ -1,4 +1,5 @@
-"""The grader's side of the process that runs a student's code (:mod:`~m2l_nlp.grading.worker`).
+"""The grader's side of the process that runs a student's code
+(:mod:`~m2l_nlp.grading.trusted.worker`).
 
 :class:`Worker` starts that process (as an unprivileged user when the grader is root, in its
 own session so that everything it starts can be killed), sends requests and waits for each
@@ -25,10 +26,10 @@ from typing import IO, Any
 import numpy as np
 
 from m2l_nlp.devices import checking_xla_flags
-from m2l_nlp.grading import wire
-from m2l_nlp.grading.registry import CheckFailure
-from m2l_nlp.grading.runner import StudentError
-from m2l_nlp.grading.tools import BuildSpec, Elsewhere, ElsewhereFunction
+from m2l_nlp.grading.checks import wire
+from m2l_nlp.grading.checks.registry import CheckFailure
+from m2l_nlp.grading.checks.runner import StudentError
+from m2l_nlp.grading.checks.tools import BuildSpec, Elsewhere, ElsewhereFunction
 
 USER_ENV = "M2L_GRADER_USER"  # who runs student code when the grader is root
 DEFAULT_USERS = ("m2l-student", "nobody")  # setup.sh creates the first where it can
@@ -223,7 +224,7 @@ class Worker:
                 [
                     sys.executable,
                     "-m",
-                    "m2l_nlp.grading.worker",
+                    "m2l_nlp.grading.trusted.worker",
                     str(to_worker_r),
                     str(from_worker_w),
                 ],

@@ -1,10 +1,10 @@
 """The process that runs a student's code for the trusted grader (never imports the reference).
 
-Started by :class:`m2l_nlp.grading.remote.Worker` as
-``python -m m2l_nlp.grading.worker IN_FD OUT_FD``: it reads requests (plain data, see
-:mod:`m2l_nlp.grading.wire`) from ``IN_FD`` and writes one reply per request to ``OUT_FD``.
+Started by :class:`m2l_nlp.grading.trusted.remote.Worker` as
+``python -m m2l_nlp.grading.trusted.worker IN_FD OUT_FD``: it reads requests (plain data, see
+:mod:`m2l_nlp.grading.checks.wire`) from ``IN_FD`` and writes one reply per request to ``OUT_FD``.
 A request loads the student's file, returns a function's source, calls a function, or runs
-a named build (:class:`~m2l_nlp.grading.tools.BuildSpec`) through haiku. The reply is the
+a named build (:class:`~m2l_nlp.grading.checks.tools.BuildSpec`) through haiku. The reply is the
 output as plain data, or the exception's type, message and frames. Nothing here compares or
 judges: the grader does that with values this process never sees.
 """
@@ -19,7 +19,7 @@ import sys
 import traceback
 from typing import Any
 
-from m2l_nlp.grading import wire
+from m2l_nlp.grading.checks import wire
 
 LIMITS_ENV = "M2L_WORKER_LIMITS"  # set for student code: bound it before anything runs
 # What one worker and everything it starts may take: address space (JAX on the CPU runs in
@@ -70,7 +70,7 @@ class Server:
         self.path = ""
 
     def load(self, path: str, name: str) -> None:
-        from m2l_nlp.grading.runner import import_error_message
+        from m2l_nlp.grading.checks.runner import import_error_message
 
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
@@ -82,7 +82,7 @@ class Server:
         self.module, self.path = module, path
 
     def namespace(self) -> Any:
-        from m2l_nlp.grading.runner import StudentNamespace
+        from m2l_nlp.grading.checks.runner import StudentNamespace
 
         return StudentNamespace(vars(self.module), self.path)
 
@@ -103,7 +103,7 @@ class Server:
                 func = jax.jit(func, static_argnums=tuple(int(i) for i in request["jit"]))
             return func(*request["args"], **request["kwargs"])
         if op == "haiku":
-            from m2l_nlp.grading.tools import BuildSpec, run_haiku
+            from m2l_nlp.grading.checks.tools import BuildSpec, run_haiku
 
             build = request["build"]
             spec = BuildSpec(build["module"], build["name"], tuple(build["args"]))

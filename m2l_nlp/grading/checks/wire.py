@@ -152,7 +152,7 @@ def read_exactly(fd: int, n: int) -> bytes:
 
 def receive(fd: int) -> Any:
     """Read one framed message from a blocking ``fd`` (the worker's side; the grader reads
-    with deadlines, :class:`m2l_nlp.grading.remote.Worker`)."""
+    with deadlines, :class:`m2l_nlp.grading.trusted.remote.Worker`)."""
     (size,) = HEADER.unpack(read_exactly(fd, HEADER.size))
     if size > MAX_BYTES:
         raise WireError(f"a message of {size} bytes is over the limit")

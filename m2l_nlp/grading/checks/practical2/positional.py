@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from m2l_nlp.grading.practical2.common import (
+from m2l_nlp.grading.checks.practical2.common import (
     PRACTICAL,
     B,
     D,
     S,
     _compare_module,
 )
-from m2l_nlp.grading.registry import exercise
-from m2l_nlp.grading.tools import (
+from m2l_nlp.grading.checks.registry import exercise
+from m2l_nlp.grading.checks.tools import (
     builder,
     expect_array,
     expect_close,

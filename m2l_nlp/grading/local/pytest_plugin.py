@@ -22,9 +22,10 @@ from typing import Any
 import pytest
 
 from m2l_nlp.fileio import write_json_atomic
-from m2l_nlp.grading.registry import CheckFailure, Exercise, load_exercises, read_settings
-from m2l_nlp.grading.report import results_json, score_table
-from m2l_nlp.grading.runner import (
+from m2l_nlp.grading.checks.catalog import load_exercises, read_settings
+from m2l_nlp.grading.checks.registry import CheckFailure, Exercise
+from m2l_nlp.grading.checks.report import results_json, score_table
+from m2l_nlp.grading.checks.runner import (
     CheckResult,
     ExerciseResult,
     PracticalError,
@@ -34,7 +35,7 @@ from m2l_nlp.grading.runner import (
     reference,
     run_check,
 )
-from m2l_nlp.grading.settings import SettingsError
+from m2l_nlp.grading.checks.settings import SettingsError
 from m2l_nlp.impl import IMPL_ENV, IMPLS, load_practical, repo_root
 
 GRADER = pytest.StashKey["Grader"]()

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from m2l_nlp.grading.practical1.common import PRACTICAL, _random_batch
-from m2l_nlp.grading.registry import exercise
-from m2l_nlp.grading.tools import (
+from m2l_nlp.grading.checks.practical1.common import PRACTICAL, _random_batch
+from m2l_nlp.grading.checks.registry import exercise
+from m2l_nlp.grading.checks.tools import (
     builder,
     expect_array,
     expect_close,

@@ -22,8 +22,10 @@ import jax
 import numpy as np
 
 from m2l_nlp import devices
-from m2l_nlp.grading.registry import Check, CheckFailure, Exercise
-from m2l_nlp.grading.tools import key_for, rng_for
+from m2l_nlp.grading.checks import expected
+from m2l_nlp.grading.checks.registry import Check, CheckFailure, Exercise
+from m2l_nlp.grading.checks.stubs import make_stub
+from m2l_nlp.grading.checks.tools import key_for, rng_for
 from m2l_nlp.impl import load_practical, repo_root
 
 _REFERENCES: dict[str, ModuleType] = {}
@@ -78,7 +80,7 @@ class Context:
 
     def rng(self, salt: str = "") -> np.random.Generator:
         """A generator that gives the same inputs on every run of this check (with the same
-        grading seed, :func:`~m2l_nlp.grading.tools.seeded`)."""
+        grading seed, :func:`~m2l_nlp.grading.checks.tools.seeded`)."""
         return rng_for(self.exercise.name, self.check.name, salt)
 
     def key(self, seed: int = 0) -> jax.Array:
@@ -88,10 +90,8 @@ class Context:
 def reference(practical: str) -> Any:
     """The reference of ``practical`` (loaded once): the module ``solutions/<practical>.py``,
     or, in a student handout without ``solutions/``, the expected values recorded from it
-    (:class:`~m2l_nlp.grading.expected.Replay`)."""
+    (:class:`~m2l_nlp.grading.checks.expected.Replay`)."""
     if practical not in _REFERENCES:
-        from m2l_nlp.grading import expected
-
         if (repo_root() / "solutions" / f"{practical}.py").is_file():
             _REFERENCES[practical] = load_practical(practical, "solutions")
         else:
@@ -157,8 +157,6 @@ def globals_of(obj: Any) -> dict[str, Any] | None:
 @functools.cache
 def stub_lines_from(path: str) -> tuple[str, ...]:
     """The ``raise NotImplementedError(...)`` lines of the stub made from a solution file."""
-    from m2l_nlp.grading.stubs import make_stub
-
     text = make_stub(Path(path).read_text(encoding="utf-8"), path)
     return tuple(m.group(0) for m in re.finditer(r'raise NotImplementedError\("[^"\n]*"\)', text))
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from m2l_nlp.grading.runner import ExerciseResult
-from m2l_nlp.grading.settings import GradingSettings
+from m2l_nlp.grading.checks.runner import ExerciseResult
+from m2l_nlp.grading.checks.settings import GradingSettings
 
 
 def score_table(results: list[ExerciseResult], exercises: int | None = None) -> str:

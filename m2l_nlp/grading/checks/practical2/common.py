@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from m2l_nlp.grading.tools import expect_close, fail, perturb, run_haiku
+from m2l_nlp.grading.checks.tools import expect_close, fail, perturb, run_haiku
 
 PRACTICAL = "practical2_transformers"
 

@@ -25,4 +25,4 @@ if ! id m2l-student >/dev/null 2>&1; then
     echo "could not create the user m2l-student: student code will run as nobody"
 fi
 chmod -R go-rwx "$SOURCE/solutions"
-python3 -c 'import m2l_nlp.grading.trusted' && echo "m2l-nlp autograder installed"
+python3 -c 'import m2l_nlp.grading.trusted.grader' && echo "m2l-nlp autograder installed"

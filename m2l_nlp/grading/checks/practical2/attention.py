@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from m2l_nlp.grading.practical2.common import (
+from m2l_nlp.grading.checks.practical2.common import (
     PRACTICAL,
     VOCAB,
     B,
@@ -18,8 +18,8 @@ from m2l_nlp.grading.practical2.common import (
     _kind,
     _mask,
 )
-from m2l_nlp.grading.registry import exercise
-from m2l_nlp.grading.tools import (
+from m2l_nlp.grading.checks.registry import exercise
+from m2l_nlp.grading.checks.tools import (
     builder,
     expect_array,
     expect_close,

@@ -1,6 +1,6 @@
 """Helpers for writing checks: array assertions with messages in words, and haiku runners.
 
-Every assertion raises :class:`~m2l_nlp.grading.registry.CheckFailure` with a sentence that
+Every assertion raises :class:`~m2l_nlp.grading.checks.registry.CheckFailure` with a sentence that
 names the quantity, what was expected and what was found (index and values included).
 """
 
@@ -18,14 +18,14 @@ import jax
 import numpy as np
 
 from m2l_nlp import devices
-from m2l_nlp.grading.registry import CheckFailure
+from m2l_nlp.grading.checks.registry import CheckFailure
 from m2l_nlp.transform import funcs_from_stateful
 
 ATOL = 1e-5
 RTOL = 1e-4
 
 Build = Callable[[Any], Callable[..., Any]]
-BUILD_MODULES = "m2l_nlp.grading."  # where a build named in a message may come from
+BUILD_MODULES = "m2l_nlp.grading.checks."  # where a build named in a message may come from
 
 
 @dataclasses.dataclass(frozen=True)
@@ -33,7 +33,7 @@ class BuildSpec:
     """A build function by name: ``factory(*args)`` in ``module`` returns ``build(ns)``.
 
     Named rather than a closure, so that the process running a student's code can rebuild
-    it from plain data (see :mod:`m2l_nlp.grading.remote`). Call it like the build itself.
+    it from plain data (see :mod:`m2l_nlp.grading.trusted.remote`). Call it like the build.
     """
 
     module: str
@@ -43,6 +43,8 @@ class BuildSpec:
     def __call__(self, namespace: Any) -> Callable[..., Any]:
         if not self.module.startswith(BUILD_MODULES):
             raise ValueError(f"builds come from {BUILD_MODULES}*, not {self.module}")
+        # By name, from a message: the one data-driven import here, and only of the checks'
+        # own modules (a practical's, already imported by the catalog where checks run).
         factory = getattr(importlib.import_module(self.module), self.name)
         return getattr(factory, "factory", factory)(*self.args)(namespace)
 

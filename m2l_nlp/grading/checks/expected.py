@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import time
 from pathlib import Path
 from typing import Any
 
 from m2l_nlp.fileio import atomic_file
-from m2l_nlp.grading import wire
-from m2l_nlp.grading.registry import CheckFailure
-from m2l_nlp.grading.tools import BuildSpec, Elsewhere, ElsewhereFunction, jitted, run_haiku
+from m2l_nlp.grading.checks import wire
+from m2l_nlp.grading.checks.registry import CheckFailure
+from m2l_nlp.grading.checks.tools import BuildSpec, Elsewhere, ElsewhereFunction, jitted, run_haiku
 
 FORMAT = 1
 EXPECTED_DIR = Path(__file__).with_name("expected")  # the handout's records live here
@@ -158,28 +157,3 @@ def load(practical: str, folder: Path = EXPECTED_DIR) -> Replay:
     if data.get("format") != FORMAT:
         raise ValueError(f"{path} has format {data.get('format')}, this grader reads {FORMAT}")
     return Replay(data["records"], tuple(data["stub_lines"]))
-
-
-def record(practical: str, reference: Any, stub_lines: tuple[str, ...] = ()) -> Recorder:
-    """Run every check of ``practical`` with ``reference`` as the graded code and record the
-    reference's answers (and its seconds per exercise, ``recorder.seconds``); raises
-    ``RuntimeError`` if the reference fails a check."""
-    from m2l_nlp.grading.registry import load_exercises
-    from m2l_nlp.grading.runner import outcome, run_check
-
-    recorder = Recorder(reference, stub_lines)
-    for ex in load_exercises().values():
-        if ex.practical != practical:
-            continue
-        start = time.monotonic()
-        for chk in ex.checks:
-            try:
-                run_check(ex, chk, reference, recorder, [])
-                err = None
-            except Exception as caught:  # noqa: BLE001 - reported below
-                err = caught
-            status, message = outcome(err, set())
-            if status != "passed":
-                raise RuntimeError(f"the reference fails {ex.name}/{chk.name}: {message}")
-        recorder.seconds[ex.name] = time.monotonic() - start
-    return recorder
