@@ -31,6 +31,7 @@ venv: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports  # the layers of m2l_nlp: pyproject.toml [tool.importlinter]
 
 # Instructor / CI suite: lint, library tests and every graded check against the solutions.
 # The drift check fails if exercises/ was not regenerated after a change to solutions/.
@@ -44,7 +45,7 @@ JOBS ?= 2
 GRADED  = $(BIN)/python -m pytest tests/graded --impl solutions -q
 LIBRARY = $(BIN)/python -m pytest tests --ignore=tests/graded --impl solutions -q -n $(JOBS) -m "not slow"
 test: $(STAMP) lint
-	$(BIN)/python -m m2l_nlp.grading.stubs --check
+	$(BIN)/python -m m2l_nlp.grading.checks.stubs --check
 	@echo '$(GRADED) (beside the next one; its output follows)'; \
 	echo '$(LIBRARY)'; \
 	log=$$(mktemp); \
@@ -89,17 +90,17 @@ demo: $(STAMP)
 # Instructor: write the student stubs exercises/*.py from solutions/*.py.
 # A stub a student edited is never overwritten (refused, named); FORCE=1 saves it as .bak first.
 exercises: $(STAMP)
-	$(BIN)/python -m m2l_nlp.grading.stubs $(if $(FORCE),--force)
+	$(BIN)/python -m m2l_nlp.grading.checks.stubs $(if $(FORCE),--force)
 
 # Instructor: regenerate exercises/ (and notebooks/), grade the solutions with every check,
 # and fail if a generated file differed from what is committed (review, commit, run again).
-NOTEBOOKS := $(wildcard m2l_nlp/make_notebooks.py)
+NOTEBOOKS := $(wildcard m2l_nlp/notebooks/make.py)
 solutions: $(STAMP)
 	@drift=0; \
-	$(BIN)/python -m m2l_nlp.grading.stubs --check || drift=1; \
-	if [ -n "$(NOTEBOOKS)" ]; then $(BIN)/python -m m2l_nlp.make_notebooks --check || drift=1; fi; \
-	$(BIN)/python -m m2l_nlp.grading.stubs $(if $(FORCE),--force) || exit 1; \
-	if [ -n "$(NOTEBOOKS)" ]; then $(BIN)/python -m m2l_nlp.make_notebooks || exit 1; fi; \
+	$(BIN)/python -m m2l_nlp.grading.checks.stubs --check || drift=1; \
+	if [ -n "$(NOTEBOOKS)" ]; then $(BIN)/python -m m2l_nlp.notebooks.make --check || drift=1; fi; \
+	$(BIN)/python -m m2l_nlp.grading.checks.stubs $(if $(FORCE),--force) || exit 1; \
+	if [ -n "$(NOTEBOOKS)" ]; then $(BIN)/python -m m2l_nlp.notebooks.make || exit 1; fi; \
 	$(BIN)/python -m pytest tests/graded --impl solutions -q || exit 1; \
 	if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && \
 	   [ -n "$$(git status --porcelain -- exercises notebooks)" ]; then \
@@ -115,9 +116,9 @@ solutions: $(STAMP)
 AUTOGRADER ?= dist/autograder.zip
 HANDOUT ?= dist/handout
 autograder: $(STAMP)
-	$(BIN)/python -m m2l_nlp.grading.bundle autograder $(AUTOGRADER)
+	$(BIN)/python -m m2l_nlp.grading.trusted.bundle autograder $(AUTOGRADER)
 handout: $(STAMP)
-	$(BIN)/python -m m2l_nlp.grading.bundle handout $(HANDOUT)
+	$(BIN)/python -m m2l_nlp.grading.trusted.bundle handout $(HANDOUT)
 
 clean:
 	rm -rf $(VENV) .compat .pytest_cache .ruff_cache

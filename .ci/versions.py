@@ -9,8 +9,8 @@ the newest that last passed. ``python .ci/versions.py COMMAND ...``:
                               ones Colab preinstalls, at Colab's versions
   colab-check PREINSTALLED    pip freeze check after the setup cell: every package of
                               PREINSTALLED kept at Colab's version, and only what Colab lacks
-                              added (the tested pins of m2l_nlp/colab_tested.txt, the course, the
-                              lane's test tools); exit 1 otherwise
+                              added (the tested pins of m2l_nlp/notebooks/colab_tested.txt, the
+                              course, the lane's test tools); exit 1 otherwise
   newest-check (passed|failed) compare the tree with .ci/newest-passed.txt: after a pass,
                               record it; after a failure, say which packages moved (from -> to)
   refresh [FILE --commit SHA --date DATE]   rewrite .ci/colab-pip-freeze.txt from Colab's
@@ -29,7 +29,7 @@ from pathlib import Path
 
 CI = Path(__file__).resolve().parent
 COLAB_FREEZE = CI / "colab-pip-freeze.txt"
-COLAB_TESTED = CI.parent / "m2l_nlp" / "colab_tested.txt"
+COLAB_TESTED = CI.parent / "m2l_nlp" / "notebooks" / "colab_tested.txt"
 NEWEST_PASSED = CI / "newest-passed.txt"
 COLAB_SOURCE = "https://raw.githubusercontent.com/googlecolab/backend-info/main/pip-freeze.gpu.txt"
 CUDA_PLUGINS = re.compile(r"jax-cuda\d+-(plugin|pjrt)")
@@ -132,15 +132,23 @@ def newest_check(outcome: str) -> int:
         if before.get(name) != now.get(name)
     ]
     if outcome == "failed":
-        print("compat newest FAILED with the newest releases; since the last pass (recorded in "
-              f".ci/{NEWEST_PASSED.name}) these moved:", file=sys.stderr)
+        print(
+            "compat newest FAILED with the newest releases; since the last pass (recorded in "
+            f".ci/{NEWEST_PASSED.name}) these moved:",
+            file=sys.stderr,
+        )
         for line in moved or ["nothing (the break is in the course's own code)"]:
             print(f"  {line}", file=sys.stderr)
-        print("Fix the code for the new release, or bound the package below it in "
-              "pyproject.toml (and say so in the commit).", file=sys.stderr)
+        print(
+            "Fix the code for the new release, or bound the package below it in "
+            "pyproject.toml (and say so in the commit).",
+            file=sys.stderr,
+        )
         return 1
-    header = ("# The newest release of every dependency that last passed `make compat-newest`\n"
-              "# (written by the lane after a pass: commit it).\n")
+    header = (
+        "# The newest release of every dependency that last passed `make compat-newest`\n"
+        "# (written by the lane after a pass: commit it).\n"
+    )
     NEWEST_PASSED.write_text(header + freeze_lines(now))
     if moved:
         print(f"compat newest: moved since the last pass (commit .ci/{NEWEST_PASSED.name}):")
@@ -164,9 +172,12 @@ def refresh(args: list[str]) -> int:
         source = COLAB_SOURCE
     head = [line for line in COLAB_FREEZE.read_text().splitlines() if line.startswith("#")]
     head = [
-        f"# source: {source}" if line.startswith("# source:")
-        else f"# commit: {commit}" if line.startswith("# commit:")
-        else f"# date:   {date}" if line.startswith("# date:")
+        f"# source: {source}"
+        if line.startswith("# source:")
+        else f"# commit: {commit}"
+        if line.startswith("# commit:")
+        else f"# date:   {date}"
+        if line.startswith("# date:")
         else line
         for line in head
     ]

@@ -9,7 +9,7 @@ selected on the preset's validation split of the training reviews (2,500), and t
 evaluated once per model, with that epoch's params.
 
 With ``--bigram-tokens 50000`` the reviews are encoded as the default transformer recipe reads
-them (pair tokens, ``m2l_nlp.bigrams``), so ``--models bow-mlp --tfidf`` trains a bag-of-tokens
+them (pair tokens, ``m2l_nlp.data.bigrams``), so ``--models bow-mlp --tfidf`` trains a bag-of-tokens
 model on the transformer's own input.
 """
 
@@ -23,8 +23,8 @@ import time
 
 from m2l_nlp.config import BASELINES, PRESETS
 from m2l_nlp.data import prepare_for
-from m2l_nlp.experiment import train_and_evaluate
 from m2l_nlp.overrides import override
+from m2l_nlp.runs.experiment import train_and_evaluate
 
 
 def main(argv: list[str] | None = None) -> int:

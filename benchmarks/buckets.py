@@ -32,10 +32,12 @@ def one(data: str, examples: int, widths: tuple[int, ...], cells: int, repeats: 
     import jax
     import numpy as np
 
-    from m2l_nlp import batching, devices, optim, training
-    from m2l_nlp import model as models
+    from m2l_nlp import devices
     from m2l_nlp.config import PRESETS
-    from m2l_nlp.data import prepare_for
+    from m2l_nlp.data import batching, prepare_for
+    from m2l_nlp.model import classifiers as models
+    from m2l_nlp.train import loop as training
+    from m2l_nlp.train import optim
 
     batching.DEFAULT_WIDTHS = tuple(widths)  # what default_widths() returns on a CPU
     preset = PRESETS["default"]
@@ -94,7 +96,7 @@ def main() -> None:
         print(json.dumps(one(args.data, args.examples, tuple(widths), cells, args.repeats)))
         return
     if args.cells is None:
-        from m2l_nlp.batching import CPU_MICRO_BATCH_CELLS
+        from m2l_nlp.data.batching import CPU_MICRO_BATCH_CELLS
 
         args.cells = [CPU_MICRO_BATCH_CELLS]
     print(f"default preset, one epoch of {args.examples} reviews, batch 128, 512-token crops")

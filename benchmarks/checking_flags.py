@@ -51,7 +51,7 @@ CHECK_CELLS = """
 import importlib, sys
 sys.path.insert(0, sys.argv[1])
 from m2l_nlp.grading import check
-from m2l_nlp.grading.registry import load_exercises
+from m2l_nlp.grading.checks.catalog import load_exercises
 ok = True
 for name, ex in load_exercises().items():
     practical = importlib.import_module(ex.practical)
@@ -92,7 +92,7 @@ def run_once(suite: str, flags: str, scratch: Path) -> tuple[float, bool]:
     if suite == "handout":  # the student's copy: the reference's recorded answers
         cwd = scratch / "handout"
         if not cwd.exists():
-            bundle = [sys.executable, "-m", "m2l_nlp.grading.bundle", "handout", str(cwd)]
+            bundle = [sys.executable, "-m", "m2l_nlp.grading.trusted.bundle", "handout", str(cwd)]
             subprocess.run(bundle, cwd=ROOT, check=True, capture_output=True)
             shutil.copytree(ROOT / "solutions", cwd / "mine")
     start = time.perf_counter()

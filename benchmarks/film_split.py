@@ -33,13 +33,14 @@ import time
 
 import numpy as np
 
-from m2l_nlp import data as data_lib
-from m2l_nlp import devices, splits
-from m2l_nlp import model as models
+from m2l_nlp import devices
 from m2l_nlp.config import PRESETS
-from m2l_nlp.evaluation import evaluate
+from m2l_nlp.data import pipeline as data_lib
+from m2l_nlp.data import splits
+from m2l_nlp.model import classifiers as models
 from m2l_nlp.overrides import override
-from m2l_nlp.training import train
+from m2l_nlp.train.evaluation import evaluate
+from m2l_nlp.train.loop import train
 
 DEFAULT_DATA = os.environ.get("M2L_NLP_IMDB", "../shared/data/aclImdb_v1_labeled.tar.gz")
 
@@ -51,7 +52,7 @@ def film_block_split(
     ``order[r]`` of the split in file order, with labels ``labels``.
 
     ``blocks``: ``val_size`` rows in runs of ``block`` neighbouring reviews in file order
-    (:func:`m2l_nlp.splits.film_blocks`, as the project's validation split draws them);
+    (:func:`m2l_nlp.data.splits.film_blocks`, as the project's validation split draws them);
     ``random``: ``val_size`` of the other rows; ``train``: the rest, in row order.
     """
     block_rows = splits.film_blocks(order, labels, val_size, block, rng)

@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from m2l_nlp.grading.registry import load_exercises
+from m2l_nlp.grading.checks.catalog import load_exercises
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPILED = "Finished XLA compilation"

@@ -53,8 +53,8 @@ def peak_mib() -> float:
 
 def one(kind: str, mib: float | None) -> dict:
     """In this process: the grader's side of one request answered with ``kind``."""
-    from m2l_nlp.grading import wire
-    from m2l_nlp.grading.remote import RemoteNamespace, Worker, WorkerGone
+    from m2l_nlp.grading.checks import wire
+    from m2l_nlp.grading.trusted.remote import RemoteNamespace, Worker, WorkerGone
 
     if mib:
         wire.MAX_BYTES = int(mib * 2**20)
@@ -85,7 +85,7 @@ def main() -> None:
     if args.one:
         print(json.dumps(one(args.one, args.mib)))
         return
-    from m2l_nlp.grading import wire
+    from m2l_nlp.grading.checks import wire
 
     limit = args.mib or wire.MAX_BYTES / 2**20
     print(f"reply limit {limit:g} MiB; the grader's peak resident memory (MiB)")

@@ -29,7 +29,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from m2l_nlp import data, imdb_archive, tokenization
+from m2l_nlp.data import imdb_archive, tokenization
+from m2l_nlp.data import pipeline as data
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA = REPO.parent / "shared" / "data" / "aclImdb_v1_labeled.tar.gz"

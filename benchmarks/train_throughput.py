@@ -38,10 +38,16 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 import optax  # noqa: E402
 
-from m2l_nlp import batching, optim, training  # noqa: E402
-from m2l_nlp import model as models  # noqa: E402
 from m2l_nlp.config import ClassifierConfig, TrainSettings  # noqa: E402
-from m2l_nlp.data import SMALL_DATA, prepare_imdb  # noqa: E402
+from m2l_nlp.data import (  # noqa: E402
+    SMALL_DATA,
+    batching,  # noqa: E402
+    prepare_imdb,
+)
+from m2l_nlp.model import classifiers as models  # noqa: E402
+from m2l_nlp.train import loop as training
+from m2l_nlp.train import optim
+from m2l_nlp.train import step as step_fns
 
 optimizer = None  # the seed reads a module-level optimizer inside its jitted step
 SEED_CONFIG = dict(num_layers=2, num_heads=8, d_model=32, d_ff=32, p_dropout=0.1)
@@ -199,7 +205,7 @@ def count_ops(model, params, batch_size: int, width: int = 256) -> None:
     labels = jnp.zeros((batch_size,), jnp.int32)
     key = jax.random.PRNGKey(0)
     step = training.train_step.lower(state, key, ids, ids, labels, model=model, optimizer=optimizer)
-    update = jax.jit(lambda state, grads: training._apply_grads(state, grads, optimizer))
+    update = jax.jit(lambda state, grads: step_fns.update(state, grads, optimizer))
     alone = update.lower(state, state.params)
     leaves = len(jax.tree_util.tree_leaves(params))
     whole, upd = (_ops(x.compile().as_text()) for x in (step, alone))

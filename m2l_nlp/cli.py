@@ -1,7 +1,7 @@
 """Command line ``m2l-nlp train | predict | grade``: argument parsing and printing only.
 
-The work is done by :func:`m2l_nlp.experiment.train_and_evaluate` (training), by
-:func:`m2l_nlp.checkpoint.predict` (predictions) and by the grader (:mod:`m2l_nlp.grading`).
+The work is done by :func:`m2l_nlp.runs.experiment.train_and_evaluate` (training), by
+:func:`m2l_nlp.runs.checkpoint.predict` (predictions) and by the grader (:mod:`m2l_nlp.grading`).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from m2l_nlp import devices
 from m2l_nlp.config import BASELINES, PRESETS, SMALL_DATA_PRESET, TRANSFORMER
 from m2l_nlp.impl import IMPLS, default_impl
 from m2l_nlp.overrides import override
-from m2l_nlp.predict_input import MAX_MB
+from m2l_nlp.runs.predict_input import MAX_MB
 
 DEFAULT_PRESET = "default"
 DEFAULT_CHECKPOINT = Path("runs") / DEFAULT_PRESET / "checkpoint"
@@ -203,11 +203,11 @@ def _preset_name(args: argparse.Namespace) -> str:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    from m2l_nlp.data import default_cache_dir, prepare_for
-    from m2l_nlp.experiment import resolve_val_size, train_and_evaluate
-    from m2l_nlp.imdb_archive import check_source
-    from m2l_nlp.runs import default_out, open_run, unwritable
-    from m2l_nlp.training import DivergedError
+    from m2l_nlp.data.imdb_archive import check_source
+    from m2l_nlp.data.pipeline import default_cache_dir, prepare_for
+    from m2l_nlp.runs.experiment import resolve_val_size, train_and_evaluate
+    from m2l_nlp.runs.folders import default_out, open_run, unwritable
+    from m2l_nlp.train.loop import DivergedError
 
     start = time.perf_counter()
     try:  # everything that can be checked before the data load (minutes on the full IMDB)
@@ -221,7 +221,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.impl == "exercises":  # an exercise left to do is named before anything else
-        from m2l_nlp.model import check_model_builds
+        from m2l_nlp.model.classifiers import check_model_builds
 
         check_model_builds(preset, args.impl)
     if args.data != "small":  # a wrong path is named before anything is created
@@ -313,8 +313,8 @@ def _print_result(run: Any, out: Path, elapsed: float) -> None:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from m2l_nlp.checkpoint import load_checkpoint, predict
-    from m2l_nlp.predict_input import read_reviews
+    from m2l_nlp.runs.checkpoint import load_checkpoint, predict
+    from m2l_nlp.runs.predict_input import read_reviews
 
     texts = read_reviews(args.texts, args.file, args.max_mb)
     path = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
@@ -335,7 +335,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 def cmd_grade(pytest_args: Sequence[str]) -> int:
     try:
-        from m2l_nlp.grading.cli import main as grade_main
+        from m2l_nlp.grading.local.cli import main as grade_main
     except ImportError as error:
         print(f"error: the grader is not available ({error})", file=sys.stderr)
         return 2
@@ -347,11 +347,11 @@ def cmd_grade(pytest_args: Sequence[str]) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``m2l-nlp``; returns the exit code."""
-    from m2l_nlp.checkpoint import CheckpointError
-    from m2l_nlp.data import compilation_cache_dir
-    from m2l_nlp.imdb_archive import DataError
-    from m2l_nlp.predict_input import InputError
-    from m2l_nlp.runs import RunFolderError
+    from m2l_nlp.data.imdb_archive import DataError
+    from m2l_nlp.data.pipeline import compilation_cache_dir
+    from m2l_nlp.runs.checkpoint import CheckpointError
+    from m2l_nlp.runs.folders import RunFolderError
+    from m2l_nlp.runs.predict_input import InputError
 
     devices.configure_environment(compilation_cache=compilation_cache_dir())  # before JAX
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -6,7 +6,8 @@ tokens), which model (``architecture``: the transformer or a practical-1 baselin
 sizes (``model``), how it trains (``train``: the fields of :class:`TrainSettings`) and how
 many training reviews validate it. ``m2l-nlp train --preset NAME --set train.learning_rate=1e-3``
 is :func:`m2l_nlp.overrides.override` on ``PRESETS[NAME]``; :meth:`Preset.settings` turns its
-``train`` dict into the :class:`TrainSettings` that :func:`m2l_nlp.optim.make_optimizer` reads.
+``train`` dict into the :class:`TrainSettings` that
+:func:`m2l_nlp.train.optim.make_optimizer` reads.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ import math
 import numbers
 import typing
 from typing import Any
+
+# The tokenizer's five special tokens and at least one token of text; here, where the
+# settings are checked, as config imports nothing of ours (m2l_nlp.data.tokenization checks it).
+MIN_VOCAB_SIZE = 6
 
 
 @functools.cache
@@ -224,7 +229,7 @@ class Preset:
     val_size: int  # held out from the training split for per-epoch validation
     architecture: str = TRANSFORMER  # or one of BASELINES
     embed_scale: float = 1.0  # initial token embeddings times this (transformer)
-    bigram_tokens: int = 0  # > 0: that many frequent token pairs as extra tokens (m2l_nlp.bigrams)
+    bigram_tokens: int = 0  # > 0: that many frequent token pairs as extra tokens (bigrams.py)
     # True: the model reads each pair token as its own residual row plus its first token's
     # row (m2l_nlp.model.pair_tie); checkpoints store the sum
     bigram_backoff: bool = False
@@ -233,8 +238,6 @@ class Preset:
     final_fit: bool = False
 
     def __post_init__(self) -> None:
-        from m2l_nlp.tokenization import MIN_VOCAB_SIZE
-
         check_field_types(self)
         if self.architecture not in (TRANSFORMER, *BASELINES):
             raise ValueError(
@@ -382,7 +385,7 @@ SMALL_DATA_PRESET = "demo"  # what `--data small` trains when no preset is named
 
 @dataclasses.dataclass(frozen=True)
 class ReverseConfig:
-    """The reverse-sequence task (m2l_nlp.reverse): sizes and training settings."""
+    """The reverse-sequence task (m2l_nlp.train.reverse): sizes and training settings."""
 
     num_digits: int = 10
     seq_len: int = 16

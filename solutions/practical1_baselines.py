@@ -31,7 +31,7 @@
 #
 # Shapes are written as `N` (or `B`) number of reviews, `S` sequence length, `V`
 # vocabulary size, `F` number of features, `E` embedding size, `H` hidden size.
-# The token ids come from the tokenizer of `m2l_nlp.tokenization`: a batch is an int32 array
+# The token ids come from the tokenizer of `m2l_nlp.data.tokenization`: a batch is an int32 array
 # `ids` of shape `(N, S)` padded with id 0 on the right, and a `mask` of the same shape with 1
 # on real tokens and 0 on padding. Every exercise has a graded check: run
 # `pytest -m <exercise>` locally, or the check cell below it in Colab.
@@ -381,7 +381,7 @@ class LSTMClassifier(hk.Module):
 # %% active="ipynb"
 # from m2l_nlp.config import PRESETS
 # from m2l_nlp.data import prepare_for
-# from m2l_nlp.experiment import train_and_evaluate
+# from m2l_nlp.runs.experiment import train_and_evaluate
 #
 # FULL_IMDB = False
 # preset = PRESETS["bigram-mlp"]  # the recipe of `m2l-nlp train --model bigram-mlp`

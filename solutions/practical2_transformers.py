@@ -574,7 +574,7 @@ def classifier_forward(
 # data, `default` (the recipe of `make train`) for the full IMDB. Here you train your own
 # classifier exactly as you wrote it; `make train` adds one thing around it, which the preset
 # calls `bigram_backoff`: each pair token is read as its own vector plus its first token's
-# (`m2l_nlp/model.py`).
+# (`m2l_nlp/model/classifiers.py`).
 #
 # By default this uses the small set of reviews bundled with the repository (1,000 for
 # training and 500 for testing, short made-up reviews meant for quick runs): it trains in
@@ -586,10 +586,10 @@ def classifier_forward(
 # %% active="ipynb"
 # from m2l_nlp.config import PRESETS
 # from m2l_nlp.data import prepare_for
-# from m2l_nlp.splits import split_validation
-# from m2l_nlp.evaluation import evaluate
-# from m2l_nlp.tokenization import batch_encode
-# from m2l_nlp.training import train
+# from m2l_nlp.data.splits import split_validation
+# from m2l_nlp.train.evaluation import evaluate
+# from m2l_nlp.data.tokenization import batch_encode
+# from m2l_nlp.train.loop import train
 # from m2l_nlp.transform import funcs_from_stateful
 #
 # FULL_IMDB = False

@@ -9,7 +9,7 @@ import pytest
 from m2l_nlp import devices
 from m2l_nlp.config import ClassifierConfig
 
-pytest_plugins = ["m2l_nlp.grading.pytest_plugin"]
+pytest_plugins = ["m2l_nlp.grading.local.pytest_plugin"]
 
 # The CLI keeps compiled programs on disk (JAX_COMPILATION_CACHE_DIR); an empty value turns
 # that off, so tests that run the CLI, and the subprocesses they start, write none.
@@ -68,7 +68,7 @@ def _share_compiled_programs(request, tmp_path_factory):
     student's) keeps the grader's folder on disk instead, so that the next run is quick."""
     import jax
 
-    from m2l_nlp.grading.pytest_plugin import graded_only
+    from m2l_nlp.grading.local.pytest_plugin import graded_only
 
     if graded_only(request.session):
         return
@@ -118,7 +118,7 @@ def tiny_config() -> ClassifierConfig:
 @pytest.fixture(scope="session")
 def tiny_model(tiny_config):
     """The tiny classifier's ModelFuncs: one object per session, so its steps compile once."""
-    from m2l_nlp import model
+    from m2l_nlp.model import classifiers as model
 
     return model.classifier(tiny_config)
 
@@ -127,7 +127,7 @@ def tiny_model(tiny_config):
 def tiny_params(tiny_model, tiny_config):
     import jax
 
-    from m2l_nlp import model
+    from m2l_nlp.model import classifiers as model
 
     return model.init_params(tiny_model, jax.random.PRNGKey(0), tiny_config.max_len)
 

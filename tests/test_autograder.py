@@ -27,10 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from m2l_nlp.grading import expected
-from m2l_nlp.grading.bundle import autograder
-from m2l_nlp.grading.registry import load_exercises
-from m2l_nlp.grading.runner import run_check, stub_lines_of
+from m2l_nlp.grading.checks import expected
+from m2l_nlp.grading.checks.catalog import load_exercises
+from m2l_nlp.grading.checks.runner import run_check, stub_lines_of
+from m2l_nlp.grading.trusted.bundle import autograder
 from m2l_nlp.impl import load_practical
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -127,7 +127,7 @@ def _recorded_attention() -> str:
 REPLAY = """
 import base64 as _b64, gzip as _gz, json as _json
 import jax as _jax, numpy as _np
-from m2l_nlp.grading.expected import NotRecorded as _NotRecorded, Replay as _Replay
+from m2l_nlp.grading.checks.expected import NotRecorded as _NotRecorded, Replay as _Replay
 
 _REPLAY = _Replay(_json.loads(_gz.decompress(_b64.b64decode({data!r}))))
 _MISSING = object()
@@ -226,8 +226,8 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
     _with(
         trick,
         P2,
-        "import m2l_nlp.grading.runner as _r\n_r.run_check = lambda *a, **k: None\n"
-        "try:\n    import m2l_nlp.grading.pytest_plugin as _p\n"
+        "import m2l_nlp.grading.checks.runner as _r\n_r.run_check = lambda *a, **k: None\n"
+        "try:\n    import m2l_nlp.grading.local.pytest_plugin as _p\n"
         "    _p.run_check = lambda *a, **k: None\nexcept ImportError:\n    pass\n",
     )
     trick = new("replace_outcome")
@@ -235,7 +235,7 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
     _with(
         trick,
         P2,
-        "import m2l_nlp.grading.runner as _r\n_r.outcome = lambda *a, **k: ('passed', '')\n",
+        "import m2l_nlp.grading.checks.runner as _r\n_r.outcome = lambda *a, **k: ('passed', '')\n",
     )
     trick = new("rewrite_results")
     _stubs(trick)
@@ -323,7 +323,7 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
     _with(
         attack,
         P2,
-        "from m2l_nlp.grading.practical2.positional import _closed_form\n"
+        "from m2l_nlp.grading.checks.practical2.positional import _closed_form\n"
         "def sinusoidal_encoding(max_len, d_model):\n"
         "    return _closed_form(max_len, d_model).astype('float32')\n",
     )
@@ -340,7 +340,7 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
         "def fit_idf(",
         "def fit_idf(*args):\n"
         "    import fcntl, sys, time\n"
-        "    import m2l_nlp.grading.wire as w\n"
+        "    import m2l_nlp.grading.checks.wire as w\n"
         "    fcntl.fcntl(int(sys.argv[1]), 1031, 4096)  # F_SETPIPE_SZ: the smallest buffer\n"
         "    w.receive = lambda fd: time.sleep(1e9)  # and never read it again\n"
         "    return _fit_idf(*args)\n\n\n"
@@ -689,7 +689,7 @@ def test_the_grade_is_reproduced_from_its_seed(graded, tmp_path):
         [
             sys.executable if not ROOT_ONLY else "python3",
             "-m",
-            "m2l_nlp.grading.trusted",
+            "m2l_nlp.grading.trusted.grader",
             "--seed",
             str(seed),
             str(graded.cases["partial_in_exercises_folder"]),

@@ -1,4 +1,4 @@
-"""Tests of m2l_nlp.batching: device data, length buckets, batch plans and micro-batches."""
+"""Tests of m2l_nlp.data.batching: device data, length buckets, batch plans and micro-batches."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from m2l_nlp import batching
+from m2l_nlp.data import batching
 
 
 def test_micro_batches_fit_the_cell_budget_and_the_devices():

@@ -1,11 +1,11 @@
-"""Tests of m2l_nlp.bigrams: the pair table and the merged pair tokens."""
+"""Tests of m2l_nlp.data.bigrams: the pair table and the merged pair tokens."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from m2l_nlp import bigrams
+from m2l_nlp.data import bigrams
 
 
 def _padded(rows: list[list[int]], width: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,4 +1,4 @@
-"""Tests of m2l_nlp.checkpoint: atomic save, load checks, predict on custom reviews."""
+"""Tests of m2l_nlp.runs.checkpoint: atomic save, load checks, predict on custom reviews."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import jax
 import numpy as np
 import pytest
 
-from m2l_nlp import checkpoint as ck
-from m2l_nlp import model as model_lib
 from m2l_nlp.config import ClassifierConfig
-from m2l_nlp.tokenization import train_tokenizer
+from m2l_nlp.data.tokenization import train_tokenizer
+from m2l_nlp.model import classifiers as model_lib
+from m2l_nlp.runs import checkpoint as ck
 
 TEXTS = [
     "a wonderful film, truly great acting",
@@ -188,7 +188,7 @@ def test_predict_any_text(tmp_path, params, config, tokenizer):
     assert ck.predict("", path).shape == (1,)
     assert ck.predict([], path).shape == (0,)
     # the same numbers as the model applied directly to the encoded, truncated review
-    from m2l_nlp.tokenization import batch_encode
+    from m2l_nlp.data.tokenization import batch_encode
 
     ids, mask = batch_encode(tokenizer, texts, seq_len=config.max_len)
     model = model_lib.classifier(config)
@@ -203,7 +203,7 @@ def test_predict_reads_long_reviews_in_training_windows(tmp_path, params, config
     path = ck.save_checkpoint(tmp_path / "ckpt", params, config, tokenizer, meta)
     text = " ".join(TEXTS)  # longer than max_len=32 tokens: 4 windows of 8
     prob = ck.predict(text, path)[0]
-    from m2l_nlp.tokenization import batch_encode
+    from m2l_nlp.data.tokenization import batch_encode
 
     ids, mask = batch_encode(tokenizer, [text], seq_len=config.max_len)
     assert mask.sum() == 32
@@ -217,8 +217,8 @@ def test_predict_reads_long_reviews_in_training_windows(tmp_path, params, config
 
 def _bigram_model(tokenizer, seed: int):
     """A pair table fitted on TEXTS, and a tiny model (config, apply, params) with room for it."""
-    from m2l_nlp import bigrams
-    from m2l_nlp.tokenization import batch_encode
+    from m2l_nlp.data import bigrams
+    from m2l_nlp.data.tokenization import batch_encode
 
     base = tokenizer.get_vocab_size()
     ids, mask = batch_encode(tokenizer, TEXTS, seq_len=16)
@@ -237,8 +237,8 @@ def _bigram_model(tokenizer, seed: int):
 
 
 def test_a_bigram_checkpoint_round_trips_and_predicts_like_the_model(tmp_path, tokenizer):
-    from m2l_nlp import bigrams
-    from m2l_nlp.tokenization import batch_encode
+    from m2l_nlp.data import bigrams
+    from m2l_nlp.data.tokenization import batch_encode
 
     base, table, config, model, params = _bigram_model(tokenizer, seed=1)
     path = ck.save_checkpoint(tmp_path / "ckpt", params, config, tokenizer, bigram_table=table)
@@ -269,7 +269,7 @@ def test_a_bigram_checkpoint_round_trips_and_predicts_like_the_model(tmp_path, t
 def test_a_checkpoint_of_an_earlier_version_loads_with_merge_and_not_with_interleave(
     tmp_path, tokenizer
 ):
-    from m2l_nlp import bigrams
+    from m2l_nlp.data import bigrams
 
     _, table, config, _, params = _bigram_model(tokenizer, seed=2)
     path = ck.save_checkpoint(tmp_path / "ckpt", params, config, tokenizer, bigram_table=table)

@@ -97,7 +97,7 @@ def test_grade_forwards_to_the_grader(monkeypatch):
         seen["argv"] = list(argv)
         return 3
 
-    import m2l_nlp.grading.cli as grading_cli
+    import m2l_nlp.grading.local.cli as grading_cli
 
     monkeypatch.setattr(grading_cli, "main", fake_main)
     assert cli.main(["grade", "-m", "classifier", "--impl", "solutions"]) == 3
@@ -346,7 +346,8 @@ def test_a_run_whose_loss_stops_being_finite_keeps_the_old_run_and_its_last_fini
     1, one line that says to lower the learning rate, the old run untouched, epoch 1 kept."""
     import jax.numpy as jnp
 
-    from m2l_nlp import runs, training
+    from m2l_nlp.runs import folders as runs
+    from m2l_nlp.train import loop as training
 
     out = tmp_path / "out"
     with runs.open_run(out) as folder:  # a good run already there

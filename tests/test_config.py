@@ -11,8 +11,8 @@ from m2l_nlp.config import (
     ClassifierConfig,
     TrainSettings,
 )
-from m2l_nlp.experiment import resolve_val_size
 from m2l_nlp.overrides import override
+from m2l_nlp.runs.experiment import resolve_val_size
 
 
 def test_presets_are_valid_configs():
@@ -73,7 +73,7 @@ def test_a_setting_reaches_the_optimizer():
     """--set train.learning_rate=... -> TrainSettings -> make_optimizer's schedule."""
     import jax.numpy as jnp
 
-    from m2l_nlp.optim import make_optimizer
+    from m2l_nlp.train.optim import make_optimizer
 
     preset = override(PRESETS["demo"], ["train.learning_rate=0.5", "train.warmup_fraction=0"])
     settings = preset.settings()

@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from m2l_nlp import bigrams, data, imdb_archive, tokenization
-from m2l_nlp.splits import shuffle_order
+from m2l_nlp.data import bigrams, imdb_archive, tokenization
+from m2l_nlp.data import pipeline as data
+from m2l_nlp.data.splits import shuffle_order
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +58,7 @@ def test_pandas_is_imported_only_to_make_a_frame():
     """Every grading run, worker and CLI call imports this module; pandas (a quarter of a
     second) is left to the callers that load IMDB as data frames."""
     script = (
-        "import sys; import m2l_nlp.data, m2l_nlp.grading.pytest_plugin; "
+        "import sys; import m2l_nlp.data, m2l_nlp.grading.local.pytest_plugin; "
         "print('pandas' in sys.modules); m2l_nlp.data.load_imdb(m2l_nlp.data.SMALL_DATA, "
         "progress=False, use_cache=False); print('pandas' in sys.modules)"
     )

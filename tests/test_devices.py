@@ -202,7 +202,9 @@ SCRIPT = textwrap.dedent(
     """
     import json, sys
     import jax, numpy as np, optax
-    from m2l_nlp import devices, model as models, training
+    from m2l_nlp import devices
+    from m2l_nlp.model import classifiers as models
+    from m2l_nlp.train import loop as training
     from m2l_nlp.config import ClassifierConfig, TrainSettings
 
     assert len(jax.devices()) == 8, jax.devices()

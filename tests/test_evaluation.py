@@ -1,12 +1,13 @@
-"""Tests of m2l_nlp.evaluation: every example counted once, windows, micro-batches."""
+"""Tests of m2l_nlp.train.evaluation: every example counted once, windows, micro-batches."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from m2l_nlp import batching, evaluation
 from m2l_nlp.config import TrainSettings
+from m2l_nlp.data import batching
+from m2l_nlp.train import evaluation
 
 
 def reference_logits(model, params, ids, mask):

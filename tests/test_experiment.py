@@ -1,4 +1,4 @@
-"""Tests of m2l_nlp.experiment: the whole job, saved as one run, and resumed after an
+"""Tests of m2l_nlp.runs.experiment: the whole job, saved as one run, and resumed after an
 interruption with the same result as a run that never stopped."""
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ import jax
 import numpy as np
 import pytest
 
-from m2l_nlp import checkpoint, cli, config, experiment, runs
+from m2l_nlp import cli, config
 from m2l_nlp.data import prepare_for
 from m2l_nlp.overrides import override
+from m2l_nlp.runs import checkpoint, experiment
+from m2l_nlp.runs import folders as runs
 
 TINY = [
     "vocab_size=500",
@@ -152,7 +154,8 @@ def test_a_run_with_backoff_tests_and_saves_the_plain_classifier(
 ):
     """Trained through the tie, tested and saved as the plain classifier with the pairs'
     rows summed: the checkpoint alone gives the test result of the model that was trained."""
-    from m2l_nlp import evaluation, model
+    from m2l_nlp.model import classifiers as model
+    from m2l_nlp.train import evaluation
 
     preset, data = tiny_backoff
     preset = override(preset, ["train.epochs=1"])

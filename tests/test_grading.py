@@ -23,10 +23,11 @@ import numpy as np
 import pytest
 
 import m2l_nlp
-from m2l_nlp.grading import registry, stubs
-from m2l_nlp.grading.registry import CheckFailure, Exercise, exercise, load_exercises
-from m2l_nlp.grading.report import score_table
-from m2l_nlp.grading.runner import (
+from m2l_nlp.grading.checks import registry, stubs
+from m2l_nlp.grading.checks.catalog import load_exercises
+from m2l_nlp.grading.checks.registry import CheckFailure, Exercise, exercise
+from m2l_nlp.grading.checks.report import score_table
+from m2l_nlp.grading.checks.runner import (
     CheckResult,
     ExerciseResult,
     describe_error,
@@ -34,7 +35,7 @@ from m2l_nlp.grading.runner import (
     reference,
     run_check,
 )
-from m2l_nlp.grading.tools import expect_array, expect_close, expect_rows_sum_to_one
+from m2l_nlp.grading.checks.tools import expect_array, expect_close, expect_rows_sum_to_one
 from m2l_nlp.impl import repo_root
 
 ROOT = repo_root()
@@ -844,8 +845,8 @@ def test_check_in_a_notebook_keeps_every_program_on_disk(tmp_path):
         from pathlib import Path
         import jax
         from m2l_nlp.grading import check
-        from m2l_nlp.grading.registry import get_exercise
-        from m2l_nlp.grading.runner import reference
+        from m2l_nlp.grading.checks.catalog import get_exercise
+        from m2l_nlp.grading.checks.runner import reference
 
         ref = reference("practical2_transformers")
         parts = [getattr(ref, t) for t in get_exercise("scaled_dot_product").targets]
@@ -943,8 +944,8 @@ def test_import_error_and_timeout_are_reported(tmp_path):
     (root / "fake_checks.py").write_text(
         textwrap.dedent(
             """\
-            from m2l_nlp.grading.registry import exercise
-            from m2l_nlp.grading.tools import expect_close
+            from m2l_nlp.grading.checks.registry import exercise
+            from m2l_nlp.grading.checks.tools import expect_close
 
             spin = exercise("spin", "practical8_spin", 3, targets=("spin",))
             fine = exercise("fine", "practical8_spin", 1, targets=("fine",))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from m2l_nlp.grading.bundle import HANDOUT_MARK, BundleError, handout
+from m2l_nlp.grading.trusted.bundle import HANDOUT_MARK, BundleError, handout
 
 ROOT = Path(__file__).resolve().parent.parent
 PRACTICALS = ("practical1_baselines", "practical2_transformers")
@@ -23,10 +23,8 @@ pytestmark = pytest.mark.slow
 def _hidden_names() -> list[str]:
     """The course's hidden exercises, read in a process of their own (once imported, they
     stay registered)."""
-    code = (
-        "from m2l_nlp.grading.registry import load_hidden\n"
-        "print('\\n'.join(load_hidden()))\n"
-    )
+    code = "from m2l_nlp.grading.checks.catalog import load_hidden\n"
+    code += "print('\\n'.join(load_hidden()))\n"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return out.stdout.split()
 
@@ -77,7 +75,8 @@ def test_handout_grades_without_solutions(tmp_path):
     assert "[hidden.points]\npractical2_transformers = 10" in (out / "grading.toml").read_text()
     assert not list(out.glob("notebooks/*_solved.ipynb"))
     for practical in PRACTICALS:
-        assert (out / "m2l_nlp" / "grading" / "expected" / f"{practical}.json.gz").is_file()
+        records = out / "m2l_nlp" / "grading" / "checks" / "expected"
+        assert (records / f"{practical}.json.gz").is_file()
 
     stubs, _ = _grade(out, tmp_path, "stubs")
     assert stubs["score"] == 0

@@ -1,4 +1,4 @@
-"""Tests of m2l_nlp.imdb_archive: every source kind, the download, every damaged or wrong
+"""Tests of m2l_nlp.data.imdb_archive: every source kind, the download, every damaged or wrong
 source and the error it raises, on small local data."""
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from m2l_nlp import data, imdb_archive
+from m2l_nlp.data import imdb_archive
+from m2l_nlp.data import pipeline as data
 
 
 def _tar_from_folder(folder: Path, out: Path, extra: dict[str, bytes] | None = None) -> Path:

@@ -1,11 +1,11 @@
-"""Tests of m2l_nlp.metrics: losses and scores."""
+"""Tests of m2l_nlp.train.metrics: losses and scores."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from m2l_nlp import metrics
+from m2l_nlp.train import metrics
 
 
 def test_binary_scores_match_numpy():

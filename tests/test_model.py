@@ -6,7 +6,7 @@ import jax
 import numpy as np
 import pytest
 
-from m2l_nlp import model as models
+from m2l_nlp.model import classifiers as models
 
 
 def test_init_params_scales_only_the_embeddings(tiny_model, tiny_config):

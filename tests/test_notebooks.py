@@ -1,4 +1,4 @@
-"""Tests of the notebook builder (m2l_nlp.make_notebooks) and of the committed notebooks."""
+"""Tests of the notebook builder (m2l_nlp.notebooks.make) and of the committed notebooks."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from m2l_nlp import make_notebooks
 from m2l_nlp.data import compilation_cache_dir
 from m2l_nlp.impl import repo_root
+from m2l_nlp.notebooks import make as make_notebooks
 
 ROOT = repo_root()
 URL = make_notebooks.repo_url(ROOT)
@@ -36,14 +36,14 @@ def copy_sources(tmp_path: Path) -> Path:
 
 
 def test_committed_notebooks_are_up_to_date(capsys):
-    """`python -m m2l_nlp.make_notebooks --check` passes on the repository as committed."""
+    """`python -m m2l_nlp.notebooks.make --check` passes on the repository as committed."""
     assert make_notebooks.main(["--check"]) == 0, capsys.readouterr().err
     assert STUDENT_NB.is_file() and SOLVED_NB.is_file()
 
 
 def test_check_command_line_exit_code():
     result = subprocess.run(
-        [sys.executable, "-m", "m2l_nlp.make_notebooks", "--check"],
+        [sys.executable, "-m", "m2l_nlp.notebooks.make", "--check"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -76,7 +76,7 @@ def test_build_then_check_detects_drift(tmp_path: Path, capsys):
     assert make_notebooks.main(["--root", str(root), "--check"]) == 1
     err = capsys.readouterr().err
     assert f"{PRACTICAL}_solved.ipynb" in err and f"{PRACTICAL}.ipynb" not in err
-    assert "python -m m2l_nlp.make_notebooks" in err
+    assert "python -m m2l_nlp.notebooks.make" in err
 
     # A hand edit of a notebook is drift too.
     assert make_notebooks.main(["--root", str(root)]) == 0
@@ -89,7 +89,7 @@ def test_missing_exercises_gives_a_clear_error(tmp_path: Path, capsys):
     root = copy_sources(tmp_path)
     (root / "exercises" / f"{PRACTICAL}.py").unlink()
     assert make_notebooks.main(["--root", str(root)]) == 2
-    assert "python -m m2l_nlp.grading.stubs" in capsys.readouterr().err
+    assert "python -m m2l_nlp.grading.checks.stubs" in capsys.readouterr().err
 
 
 def test_notebook_structure_setup_cell_and_no_outputs():
@@ -140,8 +140,8 @@ def test_importing_the_practicals_runs_no_notebook_cell():
         from m2l_nlp.impl import load_practical
         load_practical("{PRACTICAL}", "solutions")
         load_practical("{PRACTICAL}", "exercises")
-        heavy = ("m2l_nlp.data", "m2l_nlp.imdb_archive", "m2l_nlp.training", "m2l_nlp.grading",
-                 "m2l_nlp.plotting", "matplotlib")
+        heavy = ("m2l_nlp.data", "m2l_nlp.data.imdb_archive", "m2l_nlp.train.loop",
+                 "m2l_nlp.grading", "m2l_nlp.plotting", "matplotlib")
         print(sorted(m for m in heavy if m in sys.modules))
         """
     )
@@ -281,7 +281,7 @@ def test_an_untested_dm_haiku_already_installed_is_one_message(tmp_path):
 
 
 def test_the_tested_versions_are_one_setting():
-    """m2l_nlp/colab_tested.txt reaches the setup cell of every notebook and the Colab lane."""
+    """m2l_nlp/notebooks/colab_tested.txt reaches every notebook's setup cell and the Colab lane."""
     tested = make_notebooks.colab_tested()
     assert tested.startswith("dm-haiku==")
     for path, text in make_notebooks.planned(ROOT).items():
@@ -313,7 +313,7 @@ def small_imdb(monkeypatch, users_xla_flags):
     compile with the user's XLA_FLAGS, not pytest's checking flags, as in a student's kernel
     (``check()`` gives its own programs the checking options)."""
     from m2l_nlp.data import SMALL_DATA
-    from m2l_nlp.imdb_archive import SOURCE_ENV
+    from m2l_nlp.data.imdb_archive import SOURCE_ENV
 
     monkeypatch.setenv(SOURCE_ENV, str(SMALL_DATA))
 

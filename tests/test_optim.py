@@ -1,4 +1,4 @@
-"""Tests of m2l_nlp.optim: weight decay on matrices only, AdamW with clipping, the
+"""Tests of m2l_nlp.train.optim: weight decay on matrices only, AdamW with clipping, the
 moving average of the weights."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from m2l_nlp import optim
 from m2l_nlp.config import TrainSettings
+from m2l_nlp.train import optim
 
 
 def test_weight_decay_spares_biases_and_norms(tiny_params):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from m2l_nlp.grading import check
-from m2l_nlp.grading.practical1 import features as graded
+from m2l_nlp.grading.checks.practical1 import features as graded
 from m2l_nlp.impl import load_practical, repo_root
 
 PRACTICAL = "practical1_baselines"
@@ -156,7 +156,7 @@ def _grade(module, exercise: str):
 
 
 def test_every_exercise_is_registered():
-    from m2l_nlp.grading.registry import load_exercises
+    from m2l_nlp.grading.checks.catalog import load_exercises
 
     mine = {n: ex for n, ex in load_exercises().items() if ex.practical == PRACTICAL}
     assert list(mine) == list(EXERCISES)
@@ -251,8 +251,8 @@ def test_baseline_forward_shapes_and_padding(model):
 
 
 def test_tfidf_forward_needs_idf_of_the_right_size():
-    from m2l_nlp.baselines import make_forward
     from m2l_nlp.config import BaselineConfig
+    from m2l_nlp.model.baselines import make_forward
 
     config = BaselineConfig(model="bigram-mlp", num_buckets=64, use_tfidf=True)
     with pytest.raises(ValueError, match="idf"):
@@ -263,9 +263,9 @@ def test_tfidf_forward_needs_idf_of_the_right_size():
 
 def test_batched_idf_equals_fit_idf():
     """The chunked document frequencies give the exercise's fit_idf on the dense matrix."""
-    from m2l_nlp import baselines
-    from m2l_nlp.baselines import featurizer, fit_baseline_idf
     from m2l_nlp.config import BaselineConfig
+    from m2l_nlp.model import baselines
+    from m2l_nlp.model.baselines import featurizer, fit_baseline_idf
 
     config = BaselineConfig(model="bigram-mlp", num_buckets=32, use_tfidf=True)
     rng = np.random.default_rng(1)
@@ -284,8 +284,8 @@ def test_batched_idf_equals_fit_idf():
 
 def test_baselines_read_a_notebooks_own_definitions():
     """``impl=globals()`` (a mapping) trains what the notebook's cells defined, not a file."""
-    from m2l_nlp.baselines import featurizer
     from m2l_nlp.config import BaselineConfig
+    from m2l_nlp.model.baselines import featurizer
 
     ref = load_practical(PRACTICAL, "solutions")
     calls = []
@@ -304,7 +304,7 @@ def test_baselines_read_a_notebooks_own_definitions():
 
 
 def test_confusion_counts():
-    from m2l_nlp.metrics import confusion_matrix as confusion
+    from m2l_nlp.train.metrics import confusion_matrix as confusion
 
     labels = np.array([0, 0, 1, 1, 1])
     logits = np.array([-1.0, 2.0, 3.0, -0.5, 0.1])

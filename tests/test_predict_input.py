@@ -1,4 +1,4 @@
-"""Tests of m2l_nlp.predict_input: the reviews ``m2l-nlp predict`` scores (the refusals,
+"""Tests of m2l_nlp.runs.predict_input: the reviews ``m2l-nlp predict`` scores (the refusals,
 one line each through the command line, are in tests/test_cli.py)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from m2l_nlp.predict_input import InputError, read_reviews
+from m2l_nlp.runs.predict_input import InputError, read_reviews
 
 
 def test_arguments_then_whole_files_then_standard_input(tmp_path, monkeypatch):

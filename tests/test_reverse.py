@@ -18,7 +18,7 @@ import pytest
 from m2l_nlp.config import ReverseConfig
 from m2l_nlp.impl import load_practical
 from m2l_nlp.plotting import plot_attention_maps, save_figure
-from m2l_nlp.reverse import (
+from m2l_nlp.train.reverse import (
     anti_diagonal_mass,
     evaluate_reverse,
     make_forward,
@@ -47,7 +47,7 @@ def impl(request: pytest.FixtureRequest) -> str:
 
 def _grader_key():
     try:
-        from m2l_nlp.grading.pytest_plugin import GRADER
+        from m2l_nlp.grading.local.pytest_plugin import GRADER
     except ImportError:  # the grading plugin is not installed: use the reference
         return None
     return GRADER

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from m2l_nlp import runs
+from m2l_nlp.runs import folders as runs
 
 
 def write_run(folder: Path, accuracy: float) -> None:
@@ -206,7 +206,7 @@ CRASHING_RUN = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
-    from m2l_nlp import runs
+    from m2l_nlp.runs import folders as runs
 
     out, accuracy = Path(sys.argv[1]), float(sys.argv[2])
     with runs.open_run(out, overwrite=True) as folder:

@@ -9,20 +9,20 @@ import math
 import numpy as np
 import pytest
 
-from m2l_nlp.grading import registry
-from m2l_nlp.grading import settings as grading_settings
-from m2l_nlp.grading.notebook import check
-from m2l_nlp.grading.registry import load_exercises
-from m2l_nlp.grading.report import results_json
-from m2l_nlp.grading.runner import CheckResult, ExerciseResult
-from m2l_nlp.grading.settings import GradingSettings, SettingsError, parse
+from m2l_nlp.grading.checks import catalog, registry
+from m2l_nlp.grading.checks import settings as grading_settings
+from m2l_nlp.grading.checks.catalog import load_exercises
+from m2l_nlp.grading.checks.report import results_json
+from m2l_nlp.grading.checks.runner import CheckResult, ExerciseResult
+from m2l_nlp.grading.checks.settings import GradingSettings, SettingsError, parse
+from m2l_nlp.grading.local.notebook import check
 from m2l_nlp.impl import repo_root
 
 CHECKS = {"sdp": ["shapes", "matches_reference"], "mha": ["masks"]}
 
 
 def test_the_repository_settings_are_read_and_every_exercise_has_a_gate():
-    chosen = registry.read_settings()
+    chosen = catalog.read_settings()
     assert isinstance(chosen, GradingSettings) and not chosen.partial_credit
     for ex in load_exercises().values():
         assert any(c.gate for c in ex.checks), f"{ex.name} has no gate check"

@@ -5,8 +5,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from m2l_nlp import data
-from m2l_nlp.splits import film_blocks, shuffle_order, split_validation
+from m2l_nlp.data import pipeline as data
+from m2l_nlp.data.splits import film_blocks, shuffle_order, split_validation
 
 
 def assert_runs(positions: np.ndarray, first: int, block: int) -> list[int]:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from m2l_nlp.grading import submission
-from m2l_nlp.grading.submission import (
+from m2l_nlp.grading.trusted import submission
+from m2l_nlp.grading.trusted.submission import (
     Found,
     NotebookError,
     SubmissionError,
@@ -67,7 +67,8 @@ def test_notebook_becomes_a_module_of_definitions_only():
     def cell(source, **metadata):
         return {"cell_type": "code", "metadata": metadata, "source": source, "outputs": []}
 
-    setup_first_line = (ROOT / "m2l_nlp" / "setup_cell.py").read_text().splitlines()[0]
+    setup_cell = ROOT / "m2l_nlp" / "notebooks" / "setup_cell.py"
+    setup_first_line = setup_cell.read_text().splitlines()[0]
     notebook = {
         "cells": [
             cell(f"{setup_first_line}\nimport subprocess\nsubprocess.run(['pip'])"),

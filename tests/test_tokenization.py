@@ -1,4 +1,4 @@
-"""Tests of m2l_nlp.tokenization: the tutorial's Unigram setup, save/load, batch_encode."""
+"""Tests of m2l_nlp.data.tokenization: the tutorial's Unigram setup, save/load, batch_encode."""
 
 from __future__ import annotations
 
@@ -8,8 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from m2l_nlp import data, tokenization
-from m2l_nlp.tokenization import PAD_ID, batch_encode, load_tokenizer, save_tokenizer
+from m2l_nlp.data import pipeline as data
+from m2l_nlp.data import tokenization
+from m2l_nlp.data.tokenization import PAD_ID, batch_encode, load_tokenizer, save_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -171,7 +172,8 @@ def test_other_setups_use_the_plain_pipeline(tok, texts):
 
 TRAIN_IN_A_FRESH_PROCESS = """
 import hashlib
-from m2l_nlp import data, tokenization
+from m2l_nlp.data import pipeline as data
+from m2l_nlp.data import tokenization
 train, _ = data.load_imdb(data.SMALL_DATA, use_cache=False)
 tok = tokenization.train_tokenizer(list(train["text"]), 2000)
 print(hashlib.sha256(tok.to_str().encode()).hexdigest())

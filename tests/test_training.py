@@ -1,4 +1,4 @@
-"""Tests of m2l_nlp.training: the jitted step and the loop."""
+"""Tests of m2l_nlp.train.loop: the jitted step and the loop."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ import numpy as np
 import optax
 import pytest
 
-from m2l_nlp import evaluation, metrics, optim, training
-from m2l_nlp import model as models
 from m2l_nlp.config import TrainSettings
+from m2l_nlp.model import classifiers as models
+from m2l_nlp.train import evaluation, metrics, optim, step
+from m2l_nlp.train import loop as training
 from m2l_nlp.transform import funcs_from_stateful
 
 # ----------------------------------------------------------------------------- step
@@ -100,7 +101,7 @@ def test_a_tied_batch_gets_the_gradient_of_the_tied_model(tiny_config, tiny_para
 
     def mean_grads(stored, tie):  # jitted: one program, not an operation at a time
         batch = (ids, mask, labels, weights, model.model.apply, metrics.BINARY, micro, tie)
-        return training._mean_grads(stored, key, *batch)
+        return step.gradient(stored, key, *batch)
 
     # Both sides in full float32: a GPU's default TF32 products differ by ~1e-6 (H200).
     with jax.default_matmul_precision("highest"):
@@ -334,7 +335,8 @@ def test_train_with_the_tokens_objective_learns_a_copy_task(seq_len):
 def test_k_steps_in_one_call_equal_k_single_steps(tiny_model, tiny_params, random_split, ema):
     """A call of 4 steps (one of them padding) gives the parameters, optimizer state, weight
     average and sums of the 3 real steps run one call each."""
-    from m2l_nlp import batching, devices
+    from m2l_nlp import devices
+    from m2l_nlp.data import batching
 
     settings = TrainSettings(batch_size=8, crop_len=32, ema_decay=ema, micro_batch_cells=0)
     mesh = devices.make_mesh()

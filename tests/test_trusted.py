@@ -10,17 +10,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from m2l_nlp.grading import expected, wire
-from m2l_nlp.grading.registry import CheckFailure
-from m2l_nlp.grading.remote import (
+from m2l_nlp.grading.checks import expected, wire
+from m2l_nlp.grading.checks.registry import CheckFailure
+from m2l_nlp.grading.checks.runner import StudentError, outcome
+from m2l_nlp.grading.checks.tools import jitted
+from m2l_nlp.grading.trusted.remote import (
     RemoteNamespace,
     Worker,
     WorkerLost,
     WorkerStopped,
 )
-from m2l_nlp.grading.runner import StudentError, outcome
-from m2l_nlp.grading.submission import Found
-from m2l_nlp.grading.tools import jitted
+from m2l_nlp.grading.trusted.submission import Found
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,7 +111,7 @@ def xla_flags(x):
 
 
 def stop_reading(x):  # the worker's loop never reads the grader's next request
-    import m2l_nlp.grading.wire as wire
+    import m2l_nlp.grading.checks.wire as wire
 
     wire.receive = lambda fd: time.sleep(1e9)
 
@@ -214,7 +214,7 @@ def test_worker_runs_student_code_on_the_cpu_beside_an_accelerator(tmp_path, mon
 
     import jax
 
-    from m2l_nlp.grading import worker
+    from m2l_nlp.grading.trusted import worker
 
     (tmp_path / "practical_d.py").write_text(
         "import jax\n\n\ndef device(x):\n    return str(jax.config.jax_default_device)\n"
@@ -245,7 +245,7 @@ def test_only_the_reference_worker_keeps_its_programs_in_a_folder_of_its_own(
     """The reference's worker compiles each program of a grading run once (its second
     compile of the same program is read back) from a folder that only the grader's user may
     open; a student's worker is given no such folder and writes nothing there."""
-    from m2l_nlp.grading import trusted
+    from m2l_nlp.grading.trusted import grader as trusted
 
     env = trusted._reference_programs(tmp_path)
     folder = Path(env["JAX_COMPILATION_CACHE_DIR"])
@@ -314,7 +314,8 @@ def test_a_reply_over_the_limit_ends_the_worker_unread(student_file):
 ESCAPE = """
 import json, subprocess, sys, time
 from pathlib import Path
-from m2l_nlp.grading.remote import RemoteNamespace, Worker, become_subreaper, kill_descendants
+from m2l_nlp.grading.trusted.remote import RemoteNamespace, Worker
+from m2l_nlp.grading.trusted.remote import become_subreaper, kill_descendants
 
 assert become_subreaper()
 bystander = subprocess.Popen(["sleep", "60"])  # ours, and kept
@@ -368,7 +369,7 @@ def test_processes_that_escape_the_worker_are_killed_and_nothing_else(student_fi
 
 def test_student_workers_run_with_bounded_memory_and_processes(student_file):
     """Soft and hard limits alike: student code cannot raise them again."""
-    from m2l_nlp.grading import worker as worker_module
+    from m2l_nlp.grading.trusted import worker as worker_module
 
     worker = _worker(student_file, {worker_module.LIMITS_ENV: "1"})
     try:
@@ -380,7 +381,7 @@ def test_student_workers_run_with_bounded_memory_and_processes(student_file):
 
 
 def test_a_worker_that_dies_at_import_costs_its_practical_only(tmp_path):
-    from m2l_nlp.grading import trusted
+    from m2l_nlp.grading.trusted import grader as trusted
 
     (tmp_path / "practical2_transformers.py").write_text("import os\nos._exit(7)\n")
     found = Found("import os\nos._exit(7)\n", "practical2_transformers.py")
@@ -394,7 +395,8 @@ def test_a_grader_whose_student_user_may_not_run_python_says_so_before_grading(
 ):
     """Root grading as a user who may not run this Python: one line, before the reference's
     minutes of checks, and each results file says the submission could not be graded."""
-    from m2l_nlp.grading import remote, trusted
+    from m2l_nlp.grading.trusted import grader as trusted
+    from m2l_nlp.grading.trusted import remote
 
     def denied(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
@@ -415,7 +417,7 @@ def test_a_grader_whose_student_user_may_not_run_python_says_so_before_grading(
 
 
 def test_a_worker_that_cannot_start_is_named_before_grading(tmp_path, monkeypatch):
-    from m2l_nlp.grading import remote
+    from m2l_nlp.grading.trusted import remote
 
     monkeypatch.setattr(remote.sys, "executable", "/bin/false")  # runs, then exits 1
     with pytest.raises(remote.WorkerUnavailable, match="cannot start .*exit status 1"):
@@ -461,7 +463,7 @@ def test_no_module_of_the_library_defines_what_an_exercise_asks_for():
     and the library takes the components from solutions/ or exercises/)."""
     import ast
 
-    from m2l_nlp.grading.registry import load_exercises
+    from m2l_nlp.grading.checks.catalog import load_exercises
 
     targets = {t for ex in load_exercises().values() for t in ex.targets}
     found = []

@@ -1,6 +1,7 @@
-"""The auto-grader: student stubs, graded checks per exercise, score table, notebook checks.
+"""The auto-grader: ``checks/`` (the graded checks per exercise and what runs them),
+``local/`` (pytest plugin, a notebook's ``check()``) and ``trusted/`` (grading for credit).
 
-- ``python -m m2l_nlp.grading.stubs [--check]``: write (or check) ``exercises/``.
+- ``python -m m2l_nlp.grading.checks.stubs [--check]``: write (or check) ``exercises/``.
 - ``python -m m2l_nlp.grading [pytest args]``: grade, same as ``pytest`` at the repo root.
 - ``from m2l_nlp.grading import check``: run an exercise's checks in a notebook.
 
@@ -16,11 +17,11 @@ __all__ = ["check", "run_pytest"]
 
 def __getattr__(name: str) -> Any:
     if name == "check":
-        from m2l_nlp.grading.notebook import check
+        from m2l_nlp.grading.local.notebook import check
 
         return check
     if name == "run_pytest":
-        from m2l_nlp.grading.cli import run_pytest
+        from m2l_nlp.grading.local.cli import run_pytest
 
         return run_pytest
     raise AttributeError(f"module 'm2l_nlp.grading' has no attribute {name!r}")

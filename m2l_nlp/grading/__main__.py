@@ -2,6 +2,6 @@
 
 import sys
 
-from m2l_nlp.grading.cli import main
+from m2l_nlp.grading.local.cli import main
 
 sys.exit(main())

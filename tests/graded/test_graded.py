@@ -1,12 +1,12 @@
 """The graded checks of every practical, one test per check (marker = exercise name).
 
-The checks live in ``m2l_nlp/grading/practical*/``; this file only runs them. What is
+The checks live in ``m2l_nlp/grading/checks/practical*/``; this file only runs them. What is
 graded is chosen by ``--impl`` (``exercises`` by default, or ``solutions``).
 """
 
 import pytest
 
-from m2l_nlp.grading.pytest_plugin import Grader, graded_params
+from m2l_nlp.grading.local.pytest_plugin import Grader, graded_params
 
 
 @pytest.mark.parametrize(("exercise", "check"), graded_params())

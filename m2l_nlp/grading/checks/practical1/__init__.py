@@ -1,0 +1,21 @@
+"""Graded checks of practical 1 (``practical1_baselines``): bag-of-words features, TF-IDF,
+an MLP and an LSTM classifier.
+
+The checks are split in two modules:
+
+- :mod:`.features`: ``multi_hot``, ``bag_of_bigrams``, ``tfidf`` (the encodings, checked
+  against small examples worked out by hand and against the reference on random inputs);
+- :mod:`.models`: ``mlp_classifier``, ``lstm_classifier`` (compared with the reference on the
+  same perturbed haiku parameters, plus padding invariance and dropout only in training);
+
+and :mod:`.common` holds what both use (the practical's name, random padded batches).
+"""
+
+from __future__ import annotations
+
+# isort: off
+# Importing a module registers its exercises; the registry (so the score table and the
+# order of the tests) keeps the order of import, which is the teaching order.
+from m2l_nlp.grading.checks.practical1 import features  # noqa: F401
+from m2l_nlp.grading.checks.practical1 import models  # noqa: F401
+# isort: on

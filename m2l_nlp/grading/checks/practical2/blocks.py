@@ -1,0 +1,285 @@
+"""Graded checks of practical 2, the encoder's building blocks: ``positionwise_feed_forward``,
+``encoder_block`` and ``transformer_encoder``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from m2l_nlp.grading.checks.practical2.common import (
+    FF,
+    PRACTICAL,
+    B,
+    D,
+    H,
+    S,
+    _compare_module,
+    _kind,
+    _mask,
+)
+from m2l_nlp.grading.checks.registry import exercise
+from m2l_nlp.grading.checks.tools import (
+    builder,
+    expect_array,
+    expect_close,
+    expect_dropout_only_in_training,
+    fail,
+    normal,
+    perturb,
+    run_haiku,
+)
+
+# --------------------------------------------------------------------------------------------
+# 4. positionwise_feed_forward
+
+ffn = exercise(
+    "positionwise_feed_forward",
+    PRACTICAL,
+    points=10,
+    targets=("PositionwiseFeedForward",),
+    title="Linear(d_ff), ReLU, dropout while training, Linear(d_model)",
+)
+
+
+@builder
+def _ffn(p: float, is_train: bool):
+    def build(ns):
+        return lambda x: ns.PositionwiseFeedForward(D, FF, p, name="ffn")(x, is_train)
+
+    return build
+
+
+def _ffn_hint(ctx, x) -> str:
+    """If the evaluation output is right once the dropout rate is 0, the slip is dropout in
+    evaluation mode (a fixed key included); otherwise the layers themselves."""
+    params = perturb(run_haiku(_ffn(0.1, False), ctx.ref, None, x), ctx.rng("params"))
+    try:
+        rate_0 = run_haiku(_ffn(0.0, False), ctx.student, params, x)
+        want = run_haiku(_ffn(0.0, False), ctx.ref, params, x)
+        dropout_only = np.allclose(np.asarray(rate_0), np.asarray(want), atol=1e-4)
+    except Exception:  # noqa: BLE001 - the comparison itself will say what is wrong
+        dropout_only = False
+    if dropout_only:
+        return (
+            "With p_dropout=0 yours matches, so dropout acts in evaluation mode: apply it only "
+            "when is_train is True (and with hk.next_rng_key(), never a fixed key)."
+        )
+    return "Check the layers in order: Linear(d_ff), ReLU, Linear(d_model). Is the ReLU there?"
+
+
+@ffn.check(gate=True)
+def check_ffn_matches_reference(ctx):
+    """Evaluation output `(B, S, D)` matches the reference (under jax.jit)."""
+    x = normal(ctx.rng(), B, S, D)
+    hint = _ffn_hint(ctx, x)
+    _compare_module(ctx, _ffn(0.1, False), x, names=("the output (evaluation mode)",), hint=hint)
+
+
+@ffn.check
+def check_ffn_eval_no_dropout(ctx):
+    """Evaluation (`is_train=False`) needs no random key and is deterministic."""
+    x = normal(ctx.rng(), B, S, D)
+    params = run_haiku(_ffn(0.5, True), ctx.ref, None, x)
+    first = run_haiku(_ffn(0.5, False), ctx.student, params, x)
+    second = run_haiku(_ffn(0.5, False), ctx.student, params, x)
+    expect_array(first, "the output", shape=(B, S, D))
+    expect_close(second, first, "a second evaluation of the same input", versus="the first")
+
+
+@ffn.check
+def check_ffn_dropout(ctx):
+    """Dropout is on in training (p=0.5 changes the output) and p=0 changes nothing."""
+    x = normal(ctx.rng(), B, S, D)
+    expect_dropout_only_in_training(
+        ctx,
+        _ffn,
+        x,
+        what="PositionwiseFeedForward",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# 5. encoder_block
+
+block = exercise(
+    "encoder_block",
+    PRACTICAL,
+    points=15,
+    targets=("EncoderBlock",),
+    uses=("MultiheadAttention", "PositionwiseFeedForward"),
+    title="x = LayerNorm(x + Dropout(SubLayer(x))) for attention, then feed-forward",
+)
+
+
+@builder
+def _block(p: float, is_train: bool, return_attention: bool = False):
+    def build(ns):
+        def forward(x, mask):
+            module = ns.EncoderBlock(D, H, FF, p, name="block")
+            return module(x, mask, is_train=is_train, return_attention=return_attention)
+
+        return forward
+
+    return build
+
+
+@block.check(gate=True)
+def check_block_matches_reference(ctx):
+    """Evaluation output matches the reference, with a padding mask (under jax.jit)."""
+    rng = ctx.rng()
+    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
+    _compare_module(
+        ctx,
+        _block(0.1, False),
+        x,
+        pad,
+        names=("the output of EncoderBlock",),
+        hint="Residual around each sub-layer, then LayerNorm: norm_1 after attention, "
+        "norm_2 after the feed-forward; pass the mask to the attention.",
+    )
+
+
+@block.check
+def check_block_return_attention(ctx):
+    """`return_attention=True` gives `(out, weights)`; `False` gives one array."""
+    rng = ctx.rng()
+    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
+    _compare_module(
+        ctx,
+        _block(0.1, False, True),
+        x,
+        pad,
+        names=("the output", "the attention weights"),
+    )
+    params = run_haiku(_block(0.1, False), ctx.ref, None, x, pad)
+    out = run_haiku(_block(0.1, False), ctx.student, params, x, pad)
+    expect_array(out, "the output with return_attention=False", shape=(B, S, D))
+
+
+@block.check
+def check_block_post_layer_norm(ctx):
+    """Output is layer-normalised: every token has mean 0 and variance 1 at initialisation."""
+    rng = ctx.rng()
+    x = 3.0 * normal(rng, B, S, D) + 1.0
+    params = run_haiku(_block(0.1, False), ctx.ref, None, x, None)  # scale 1, offset 0
+    out = expect_array(run_haiku(_block(0.1, False), ctx.student, params, x, None), "the output")
+    mean, var = out.mean(-1), out.var(-1)
+    if np.abs(mean).max() > 1e-3 or np.abs(var - 1).max() > 1e-2:
+        at = np.unravel_index(np.argmax(np.abs(var - 1) + np.abs(mean)), mean.shape)
+        at = tuple(int(i) for i in at)
+        fail(
+            f"the block's output should come out of a LayerNorm (post-LN: "
+            f"LayerNorm(x + SubLayer(x))), so with fresh parameters each token has mean 0 and "
+            f"variance 1; token {at} has mean {mean[at]:.3g} and variance {var[at]:.3g}"
+        )
+
+
+@block.check
+def check_block_dropout(ctx):
+    """Dropout on in training, off in evaluation (no random key needed), p=0 is a no-op."""
+    rng = ctx.rng()
+    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
+    expect_dropout_only_in_training(
+        ctx,
+        _block,
+        x,
+        pad,
+        what="EncoderBlock",
+    )
+
+
+@block.check
+def check_block_permutation_equivariance(ctx):
+    """Shuffling the tokens (and the mask) shuffles the output the same way."""
+    rng = ctx.rng()
+    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
+    perm = rng.permutation(S)
+    build = _block(0.1, False)
+    params = perturb(run_haiku(build, ctx.ref, None, x, pad), rng)
+    out = expect_array(run_haiku(build, ctx.student, params, x, pad), "the output")
+    outp = run_haiku(build, ctx.student, params, x[:, perm], pad[:, perm])
+    expect_close(
+        outp,
+        out[:, perm],
+        "the output for shuffled tokens",
+        versus="your output for the tokens in order, shuffled alike",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# 6. transformer_encoder
+
+encoder = exercise(
+    "transformer_encoder",
+    PRACTICAL,
+    points=10,
+    targets=("TransformerEncoder",),
+    uses=("EncoderBlock",),
+    title="a stack of encoder blocks, and its attention maps",
+)
+LAYERS = 3
+
+
+@builder
+def _encoder(p: float, is_train: bool, maps: bool = False):
+    def build(ns):
+        def forward(x, mask):
+            module = ns.TransformerEncoder(LAYERS, H, D, FF, p, name="encoder")
+            if maps:
+                return module.get_attention_maps(x, mask, is_train=is_train)
+            return module(x, mask, is_train=is_train)
+
+        return forward
+
+    return build
+
+
+@encoder.check(gate=True)
+def check_encoder_matches_reference(ctx):
+    """Evaluation output of 3 blocks matches the reference, with a mask (under jax.jit)."""
+    rng = ctx.rng()
+    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
+    _compare_module(
+        ctx,
+        _encoder(0.1, False),
+        x,
+        pad,
+        names=("the output of TransformerEncoder",),
+        hint="Apply every block in order, each to the previous block's output, with the mask.",
+    )
+
+
+@encoder.check
+def check_attention_maps(ctx):
+    """`get_attention_maps` returns one `(B, h, S, S)` map per block, as the reference."""
+    rng = ctx.rng()
+    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
+    build = _encoder(0.1, False, True)
+    params = perturb(run_haiku(_encoder(0.1, False), ctx.ref, None, x, pad), rng)
+    want = run_haiku(build, ctx.ref, params, x, pad)
+    got = run_haiku(build, ctx.student, params, x, pad)
+    if not isinstance(got, (list, tuple)) or len(got) != LAYERS:
+        fail(
+            f"get_attention_maps should return a list with one map per block ({LAYERS} here); "
+            f"yours returned {_kind(got) if not isinstance(got, list) else f'{len(got)} items'}"
+        )
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        expect_close(
+            g,
+            w,
+            f"the attention map of block {i}",
+            hint="Each block must see the output of the previous block, as in __call__.",
+        )
+
+
+@encoder.check
+def check_encoder_dropout(ctx):
+    """`is_train` reaches the blocks: dropout in training, none in evaluation."""
+    rng = ctx.rng()
+    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
+    expect_dropout_only_in_training(
+        ctx,
+        _encoder,
+        x,
+        pad,
+        what="TransformerEncoder",
+    )

@@ -1,0 +1,54 @@
+"""What the check modules of practical 2 share: the practical's name, the sizes of every
+input, padding masks, and the comparison of a student's haiku module with the reference on
+perturbed parameters."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from m2l_nlp.grading.checks.tools import expect_close, fail, perturb, run_haiku
+
+PRACTICAL = "practical2_transformers"
+
+B, S, D, H, FF = 2, 5, 12, 3, 20  # d_head = 4 != H, so a head split in the wrong order shows
+
+VOCAB, E = 30, D  # the same sizes everywhere: JAX compiles each operation once
+
+
+def _mask(rng: np.random.Generator, batch: int, length: int, min_valid: int = 1) -> np.ndarray:
+    """A padding mask `(batch, length)` of 1s then 0s, with at least `min_valid` ones."""
+    lengths = rng.integers(min_valid, length + 1, size=batch)
+    lengths[0] = length  # one full row
+    if batch > 1:
+        lengths[-1] = max(min_valid, length - 2)  # one padded row
+    return (np.arange(length)[None, :] < lengths[:, None]).astype(np.int32)
+
+
+def _ids_mask(rng, batch=B, length=S):
+    ids = rng.integers(1, VOCAB, size=(batch, length)).astype(np.int32)
+    mask = _mask(rng, batch, length)
+    ids[mask == 0] = 0
+    return ids, mask
+
+
+def _compare_module(ctx, build, *args, names=("output",), jit=True, hint=""):
+    """Init the reference, perturb the params, apply reference and student, compare outputs."""
+    rng = ctx.rng("params")
+    params = perturb(run_haiku(build, ctx.ref, None, *args), rng)
+    want = run_haiku(build, ctx.ref, params, *args)
+    got = run_haiku(build, ctx.student, params, *args, jit=jit)
+    if len(names) == 1:
+        want, got = (want,), (got,)
+    elif not isinstance(got, tuple) or len(got) != len(names):
+        fail(f"should return a tuple ({', '.join(names)}); yours returned {_kind(got)}")
+    for name, g, w in zip(names, got, want, strict=True):
+        expect_close(g, w, name, hint=hint)
+    return params, got
+
+
+def _kind(value) -> str:
+    if isinstance(value, tuple):
+        return f"a tuple of {len(value)} items"
+    if hasattr(value, "shape"):
+        return f"one array of shape {tuple(value.shape)}"
+    return type(value).__name__

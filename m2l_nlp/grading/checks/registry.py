@@ -1,0 +1,100 @@
+"""The registry of graded exercises: one package per practical declares its exercises.
+
+A practical's package (``m2l_nlp/grading/checks/practical<N>/``) holds its check modules, one
+per group of exercises; each creates :class:`Exercise` objects with :func:`exercise` and
+attaches checks to them with the ``@ex.check`` decorator. The package's ``__init__`` imports
+its modules in teaching order, which is the order of the exercises here, in the tests and in
+the score table; :mod:`~m2l_nlp.grading.checks.catalog` imports the packages. The machinery
+(pytest plugin, notebook ``check``, score table) only ever reads this registry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+
+class CheckFailure(AssertionError):
+    """A graded check found a mistake; the message says what is wrong, in words."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """One graded property of an exercise; ``func(ctx)`` raises :class:`CheckFailure`."""
+
+    name: str
+    func: Callable[[Any], None]
+    doc: str
+    gate: bool = False  # under partial credit, the exercise earns nothing unless it passes
+    weight: float = 1.0  # its share of the exercise's points under partial credit
+
+
+@dataclasses.dataclass
+class Exercise:
+    """A graded exercise of one practical.
+
+    Attributes:
+        name: the marker and table name, e.g. ``"multihead_attention"``.
+        practical: the module under ``solutions/`` and ``exercises/``, e.g.
+            ``"practical2_transformers"``.
+        points: points for passing every check (all or nothing), or spread over the
+            checks by weight under partial credit (``grading.toml``).
+        targets: the names the student writes for this exercise (functions, classes).
+        uses: names from earlier exercises that the targets call; while this exercise is
+            graded they are replaced by the reference ones, so a mistake is only counted once.
+        title: one line shown by ``check()`` and in the score table's notes.
+        partial: partial credit (from ``grading.toml``): see ``ExerciseResult.points``.
+        hidden: graded only by the autograder (declared in ``solutions/hidden/``).
+    """
+
+    name: str
+    practical: str
+    points: float
+    targets: tuple[str, ...]
+    uses: tuple[str, ...] = ()
+    title: str = ""
+    checks: list[Check] = dataclasses.field(default_factory=list)
+    partial: bool = False
+    hidden: bool = False
+
+    def check(self, func: Callable[[Any], None] | None = None, *, gate: bool = False) -> Any:
+        """Decorator: register ``func(ctx)`` as a check; its docstring is the description.
+        ``@ex.check(gate=True)``: under partial credit, nothing is earned unless it passes
+        (a comparison with the reference, so that trivial code earns nothing)."""
+        if func is None:
+            return lambda f: self.check(f, gate=gate)
+        name = func.__name__.removeprefix("check_")
+        if any(c.name == name for c in self.checks):
+            raise ValueError(f"exercise {self.name!r} already has a check named {name!r}")
+        doc = (func.__doc__ or name).strip().splitlines()[0]
+        self.checks.append(Check(name, func, doc, gate))
+        return func
+
+
+_REGISTRY: dict[str, Exercise] = {}
+
+
+def exercise(
+    name: str,
+    practical: str,
+    points: float,
+    targets: tuple[str, ...],
+    uses: tuple[str, ...] = (),
+    title: str = "",
+    hidden: bool = False,
+) -> Exercise:
+    """Create and register an exercise (names must be unique across practicals)."""
+    if name in _REGISTRY and _REGISTRY[name].practical != practical:
+        raise ValueError(
+            f"exercise name {name!r} is used by both {_REGISTRY[name].practical} and "
+            f"{practical}: exercise names are pytest markers and must be unique"
+        )
+    ex = Exercise(name, practical, points, tuple(targets), tuple(uses), title, hidden=hidden)
+    _REGISTRY[name] = ex
+    return ex
+
+
+def registered() -> dict[str, Exercise]:
+    """Every exercise registered so far, in the order of registration (teaching order)."""
+    return _REGISTRY

@@ -1,0 +1,301 @@
+"""Helpers for writing checks: array assertions with messages in words, and haiku runners.
+
+Every assertion raises :class:`~m2l_nlp.grading.checks.registry.CheckFailure` with a sentence that
+names the quantity, what was expected and what was found (index and values included).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import haiku as hk
+import jax
+import numpy as np
+
+from m2l_nlp import devices
+from m2l_nlp.grading.checks.registry import CheckFailure
+from m2l_nlp.transform import funcs_from_stateful
+
+ATOL = 1e-5
+RTOL = 1e-4
+
+Build = Callable[[Any], Callable[..., Any]]
+BUILD_MODULES = "m2l_nlp.grading.checks."  # where a build named in a message may come from
+
+
+@dataclasses.dataclass(frozen=True)
+class BuildSpec:
+    """A build function by name: ``factory(*args)`` in ``module`` returns ``build(ns)``.
+
+    Named rather than a closure, so that the process running a student's code can rebuild
+    it from plain data (see :mod:`m2l_nlp.grading.trusted.remote`). Call it like the build.
+    """
+
+    module: str
+    name: str
+    args: tuple = ()
+
+    def __call__(self, namespace: Any) -> Callable[..., Any]:
+        if not self.module.startswith(BUILD_MODULES):
+            raise ValueError(f"builds come from {BUILD_MODULES}*, not {self.module}")
+        # By name, from a message: the one data-driven import here, and only of the checks'
+        # own modules (a practical's, already imported by the catalog where checks run).
+        factory = getattr(importlib.import_module(self.module), self.name)
+        return getattr(factory, "factory", factory)(*self.args)(namespace)
+
+    def plain(self) -> dict[str, Any]:
+        return {"module": self.module, "name": self.name, "args": list(self.args)}
+
+
+def builder(factory: Callable[..., Build]) -> Callable[..., BuildSpec]:
+    """Decorator for a module-level ``factory(*args) -> build``: calling it gives a
+    :class:`BuildSpec` (args must be plain: numbers, strings, booleans, tuples)."""
+
+    def spec(*args: Any) -> BuildSpec:
+        return BuildSpec(factory.__module__, factory.__name__, tuple(args))
+
+    spec.factory = factory  # type: ignore[attr-defined]
+    spec.__name__ = factory.__name__
+    spec.__doc__ = factory.__doc__
+    return spec
+
+
+class Elsewhere:
+    """Base of a namespace whose code runs elsewhere (another process) or was recorded:
+    :func:`run_haiku` hands it the whole call (``run_haiku(build, params, args, key, jit)``)."""
+
+    def run_haiku(
+        self, build: BuildSpec, params: Any, args: tuple, key: Any = None, jit: bool = False
+    ) -> Any:
+        raise NotImplementedError
+
+
+class ElsewhereFunction:
+    """Base of a function that runs elsewhere: ``jitted()`` gives its jitted version."""
+
+    def jitted(self, static_argnums: tuple[int, ...] = ()) -> Callable[..., Any]:
+        raise NotImplementedError
+
+
+def jitted(func: Callable[..., Any], *static_argnums: int) -> Callable[..., Any]:
+    """``jax.jit(func, static_argnums=...)``, also for a student's function that runs in
+    another process."""
+    if isinstance(func, ElsewhereFunction):
+        return func.jitted(static_argnums)
+    return _jit(func, static_argnums)
+
+
+def _jit(func: Callable[..., Any], static_argnums: tuple[int, ...] = ()) -> Callable[..., Any]:
+    """``jax.jit`` with the checking flags as the program's options where the process lacks
+    them (in a notebook: :func:`~m2l_nlp.devices.checking_compiler_options`)."""
+    options = devices.checking_compiler_options()
+    return jax.jit(func, static_argnums=static_argnums, compiler_options=options or None)
+
+
+def fail(message: str) -> None:
+    """Raise :class:`CheckFailure` with ``message``."""
+    raise CheckFailure(message)
+
+
+def _index(flat: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    return tuple(int(i) for i in np.unravel_index(flat, shape))
+
+
+def expect_array(
+    value: Any,
+    name: str,
+    shape: Sequence[int] | None = None,
+    dtype: Any = None,
+    finite: bool = True,
+    axes: str = "",
+) -> np.ndarray:
+    """Check that ``value`` is an array of ``shape``/``dtype`` without NaN or inf.
+
+    ``axes`` names the expected axes for the message, e.g. ``"(B, S, D)"``.
+    """
+    if isinstance(value, (tuple, list)):
+        fail(
+            f"{name} should be one array, but yours is a {type(value).__name__} of "
+            f"{len(value)} items"
+        )
+    if value is None:
+        fail(f"{name} should be an array, but yours is None (did you forget a `return`?)")
+    array = np.asarray(value)
+    if shape is not None and array.shape != tuple(shape):
+        fail(f"{name} should have shape {tuple(shape)} {axes}; yours has shape {array.shape}")
+    if dtype is not None and array.dtype != np.dtype(dtype):
+        fail(f"{name} should have dtype {np.dtype(dtype).name}; yours has dtype {array.dtype}")
+    if finite and np.issubdtype(array.dtype, np.inexact):
+        bad = ~np.isfinite(array)
+        if bad.any():
+            where = _index(int(np.argmax(bad)), array.shape)
+            kind = "NaN" if np.isnan(array[where]) else "infinite"
+            fail(
+                f"{name}: {kind} values ({int(bad.sum())} of {array.size}), the first at index "
+                f"{where}"
+            )
+    return array
+
+
+def expect_close(
+    got: Any,
+    want: Any,
+    name: str,
+    atol: float = ATOL,
+    rtol: float = RTOL,
+    where: Any = None,
+    hint: str = "",
+    versus: str = "the reference",
+) -> None:
+    """Check ``got`` against ``want`` (optionally only where ``where`` is true).
+
+    ``want`` is the reference's result unless ``versus`` names what else it is (e.g. "your
+    evaluation-mode output"), for the message.
+    """
+    want = np.asarray(want)
+    got = expect_array(got, name, shape=want.shape, finite=False)
+    if got.dtype.kind not in "fciub":
+        fail(f"{name} should hold numbers; yours has dtype {got.dtype}")
+    got64 = got.astype(np.float64)
+    want64 = want.astype(np.float64)
+    select = np.ones(want.shape, bool) if where is None else np.broadcast_to(where, want.shape)
+    nan_got = np.isnan(got64) & select & ~np.isnan(want64)
+    if nan_got.any():
+        at = _index(int(np.argmax(nan_got)), want.shape)
+        fail(f"{name}: NaN at index {at}, where {versus} has {want64[at]:.6g}. {hint}".rstrip())
+    err = np.where(select, np.abs(got64 - want64) - (atol + rtol * np.abs(want64)), -np.inf)
+    if (err > 0).any():
+        at = _index(int(np.argmax(err)), want.shape)
+        diff = np.abs(got64 - want64)[at]
+        fail(
+            f"{name}: mismatch with {versus}: at index {at} yours is {got64[at]:.6g}, "
+            f"{versus} has {want64[at]:.6g} (difference {diff:.3g}; {int((err > 0).sum())} of "
+            f"{int(select.sum())} values are off by more than atol={atol:g} + rtol={rtol:g}). "
+            f"{hint}".rstrip()
+        )
+
+
+def expect_rows_sum_to_one(weights: Any, name: str, rows: Any = None) -> None:
+    """Attention weights are >= 0 and each row sums to 1 over the last axis."""
+    w = expect_array(weights, name, finite=False).astype(np.float64)
+    if (w < -1e-6).any():
+        at = _index(int(np.argmin(w)), w.shape)
+        fail(f"{name} should be >= 0 (they come from a softmax); yours is {w[at]:.4g} at {at}")
+    sums = w.sum(axis=-1)
+    select = np.ones(sums.shape, bool) if rows is None else np.broadcast_to(rows, sums.shape)
+    off = np.where(select, np.abs(sums - 1.0), 0.0)
+    if np.isnan(off).any() or (off > 1e-4).any():
+        at = _index(int(np.nanargmax(np.where(np.isnan(off), np.inf, off))), sums.shape)
+        fail(
+            f"{name} should sum to 1 over the last axis (the keys); yours sum to "
+            f"{sums[at]:.4g} at index {at}. Is the softmax taken over the last axis?"
+        )
+
+
+_SEED = [0]  # the grading seed; 0 for local checks (the handout's records are made with it)
+
+
+def grading_seed() -> int:
+    """The seed the checks' inputs are drawn from (see :func:`seeded`)."""
+    return _SEED[0]
+
+
+@contextlib.contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Draw every check's inputs from ``seed`` inside the block. The trusted grader picks a
+    fresh one per submission, so that answers recorded from another run match nothing."""
+    saved, _SEED[0] = _SEED[0], int(seed)
+    try:
+        yield
+    finally:
+        _SEED[0] = saved
+
+
+def rng_for(*names: str) -> np.random.Generator:
+    """A NumPy generator seeded by the names (and the grading seed, when not 0), so every
+    check sees the same inputs each run with the same seed."""
+    entropy = zlib.crc32("/".join(names).encode())
+    return np.random.default_rng(entropy if _SEED[0] == 0 else [entropy, _SEED[0]])
+
+
+def key_for(seed: int) -> jax.Array:
+    """A JAX random key for a check's ``seed``, mixed with the grading seed when not 0."""
+    if _SEED[0] != 0:
+        seed = int(np.random.default_rng([seed, _SEED[0]]).integers(2**31))
+    return jax.random.PRNGKey(seed)
+
+
+def normal(rng: np.random.Generator, *shape: int) -> np.ndarray:
+    """Float32 standard normal numbers of ``shape``."""
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def perturb(params: hk.Params, rng: np.random.Generator, scale: float = 0.3) -> hk.Params:
+    """Add noise to every parameter, so that layer norms, biases and swapped sub-modules
+    all matter (at initialisation a LayerNorm is the identity map and biases are 0)."""
+    return jax.tree_util.tree_map(  # in NumPy: no JAX operation to compile per shape
+        lambda p: np.asarray(p) + scale * rng.standard_normal(p.shape).astype(p.dtype), params
+    )
+
+
+def run_haiku(
+    build: Build,
+    namespace: Any,
+    params: hk.Params | None,
+    *args: Any,
+    key: jax.Array | None = None,
+    jit: bool = True,
+) -> Any:
+    """Transform ``build(namespace)``: ``init`` if ``params`` is None, else ``apply``.
+
+    ``build(ns)`` returns a function of arrays that creates modules from ``ns`` (the
+    student's namespace or the reference module) with fixed names, so both share params.
+    It is transformed by the course's :func:`~m2l_nlp.transform.funcs_from_stateful`, as in
+    the practicals (its ``model``: ``init(key, *args)``, ``apply(params, key, *args)``).
+    """
+    if isinstance(namespace, Elsewhere):  # another process, or recorded results
+        return namespace.run_haiku(build, params, args, key=key, jit=jit)
+    transformed = funcs_from_stateful(build(namespace), jit=False).model
+    if params is None:
+        init = _jit(transformed.init) if jit else transformed.init
+        return init(key if key is not None else key_for(0), *args)
+    apply = _jit(transformed.apply) if jit else transformed.apply
+    return apply(params, key, *args)
+
+
+def expect_dropout_only_in_training(
+    ctx: Any, make: Callable[[float, bool], Build], *args: Any, what: str
+) -> None:
+    """Dropout acts in training only, needs no random key in evaluation, and rate 0 is a no-op.
+
+    ``make(p_dropout, is_train)`` returns a build function (see :func:`run_haiku`); where
+    the forward returns a tuple, its first element is judged. ``ctx`` is a check's context
+    (``ref``, ``student``, ``rng``, ``key``).
+    """
+
+    def output(p: float, is_train: bool, params: hk.Params, key: jax.Array | None = None):
+        out = run_haiku(make(p, is_train), ctx.student, params, *args, key=key)
+        return out[0] if isinstance(out, tuple) else out
+
+    params = perturb(run_haiku(make(0.5, True), ctx.ref, None, *args), ctx.rng("params"))
+    evals = expect_array(output(0.5, False, params), f"the output of {what} in evaluation mode")
+    train = expect_array(
+        output(0.5, True, params, ctx.key(1)), f"the output of {what} in training mode"
+    )
+    if np.allclose(train, evals, atol=1e-6):
+        fail(
+            f"with p_dropout=0.5 and is_train=True the output of {what} equals the evaluation "
+            "output: dropout should be active while training (hk.dropout with hk.next_rng_key())"
+        )
+    expect_close(
+        output(0.0, True, params, ctx.key(2)),
+        output(0.0, False, params),
+        f"the training-mode output of {what} with p_dropout=0",
+        hint="With a dropout rate of 0, training and evaluation must give the same output.",
+        versus="your evaluation-mode output",
+    )

@@ -1,0 +1,122 @@
+"""``check(exercise, *objects)``: the graded checks on objects defined in a notebook.
+
+>>> from m2l_nlp.grading import check
+>>> check("multihead_attention", MultiheadAttention)  # doctest: +SKIP
+multihead_attention: passed (5/5 checks passed, 20/20 points)
+
+Pass the function or class the exercise asks for (several for exercises with several parts,
+e.g. ``check("positional_encoding", sinusoidal_encoding, PositionalEncoding)``); a part that
+is not passed is looked up in the notebook's namespace. Components from earlier exercises
+that yours call (e.g. ``MultiheadAttention`` inside ``EncoderBlock``) are replaced by the
+reference ones while checking, exactly as ``pytest`` does, so each mistake counts once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Iterator
+from typing import Any
+
+from m2l_nlp.grading.checks.catalog import get_exercise
+from m2l_nlp.grading.checks.runner import (
+    CheckResult,
+    ExerciseResult,
+    StudentNamespace,
+    globals_of,
+    outcome,
+    reference,
+    run_check,
+    student_files_of,
+)
+
+
+def _collect(
+    targets: tuple[str, ...], objects: tuple[Any, ...], named: dict[str, Any], caller: dict
+) -> dict[str, Any]:
+    found = dict(named)
+    for obj in objects:
+        name = getattr(obj, "__name__", None)
+        if name not in targets:
+            raise TypeError(
+                f"check() got {obj!r}, which is not one of {', '.join(targets)}: pass the "
+                "function or class itself (not an instance, not its output)"
+            )
+        found[name] = obj
+    unknown = sorted(set(found) - set(targets))
+    if unknown:
+        raise TypeError(f"check() got unexpected names {unknown}; expected {list(targets)}")
+    spaces = [g for g in (globals_of(o) for o in found.values()) if g is not None] + [caller]
+    for name in targets:
+        if name not in found:
+            for space in spaces:
+                if name in space:
+                    found[name] = space[name]
+                    break
+    missing = [name for name in targets if name not in found]
+    if missing:
+        parts = ", ".join(targets)
+        raise TypeError(
+            f"check() could not find {', '.join(missing)}: run the cell that defines it, or "
+            f"pass every part: check(<name>, {parts})"
+        )
+    return found
+
+
+def check(exercise: str, *objects: Any, verbose: bool = True, **named: Any) -> ExerciseResult:
+    """Run the graded checks of ``exercise`` on ``objects``; print and return the verdict.
+
+    Args:
+        exercise: the exercise name, e.g. ``"multihead_attention"`` (same as the pytest
+            marker).
+        objects: the function(s) or class(es) you wrote for it.
+        verbose: print the verdict (it is also returned, and displays itself in a notebook).
+        named: the same objects by name, e.g. ``masked_pool=my_pool``.
+
+    Returns:
+        An :class:`~m2l_nlp.grading.checks.runner.ExerciseResult` (``.status``, ``.points``,
+        ``.checks``).
+    """
+    ex = get_exercise(exercise)
+    frame = inspect.currentframe()
+    caller = frame.f_back.f_globals if frame is not None and frame.f_back is not None else {}
+    found = _collect(ex.targets, objects, named, caller)
+    student = StudentNamespace(found, "the objects passed to check()")
+    spaces: list[dict[str, Any]] = []
+    for obj in found.values():
+        g = globals_of(obj)
+        if g is not None and all(g is not s for s in spaces):
+            spaces.append(g)
+    ref = reference(ex.practical)
+    files = student_files_of(found)
+    results = []
+    with _every_program_kept():
+        for chk in ex.checks:
+            try:
+                run_check(ex, chk, student, ref, spaces)
+                err = None
+            except Exception as caught:  # noqa: BLE001 - every failure becomes a verdict
+                err = caught
+            status, message = outcome(err, files)
+            results.append(CheckResult(ex.name, chk.name, status, message))
+    result = ExerciseResult(ex, results)
+    if verbose:
+        print(result)
+    return result
+
+
+@contextlib.contextmanager
+def _every_program_kept() -> Iterator[None]:
+    """While checking, every program compiled goes to the on-disk cache that the notebook's
+    setup cell names, however quickly it compiled, as a graded pytest run keeps them all:
+    the same cell run again, or after a restart, compiles almost nothing that did not change.
+    The kernel's own threshold (1 s by default, for training) comes back afterwards."""
+    import jax
+
+    name = "jax_persistent_cache_min_compile_time_secs"
+    before = jax.config.values[name]
+    jax.config.update(name, 0.0)
+    try:
+        yield
+    finally:
+        jax.config.update(name, before)

@@ -1,0 +1,477 @@
+"""The grader's side of the process that runs a student's code
+(:mod:`~m2l_nlp.grading.trusted.worker`).
+
+:class:`Worker` starts that process (as an unprivileged user when the grader is root, in its
+own session so that everything it starts can be killed), sends requests and waits for each
+reply until a deadline. :class:`RemoteNamespace` makes it look like the student's module to
+the checks: ``ns.scaled_dot_product(q, k, v)`` and ``run_haiku(build, ns, ...)`` run there,
+and only plain data comes back.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import os
+import pwd
+import select
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from m2l_nlp.devices import checking_xla_flags
+from m2l_nlp.grading.checks import wire
+from m2l_nlp.grading.checks.registry import CheckFailure
+from m2l_nlp.grading.checks.runner import StudentError
+from m2l_nlp.grading.checks.tools import BuildSpec, Elsewhere, ElsewhereFunction
+
+USER_ENV = "M2L_GRADER_USER"  # who runs student code when the grader is root
+DEFAULT_USERS = ("m2l-student", "nobody")  # setup.sh creates the first where it can
+REQUEST_LIMIT_S = 600.0  # a request sent without a deadline of its own (the reference's)
+
+
+class WorkerGone(BaseException):
+    """The worker was killed or ended. A BaseException: a check's ``except Exception`` must
+    not swallow it, or the next request would meet a closed pipe."""
+
+
+class WorkerStopped(WorkerGone):
+    """The student's code did not answer before the deadline; its process was killed."""
+
+
+class WorkerLost(WorkerGone):
+    """The process running the student's code ended (``sys.exit``, a crash, killed...)."""
+
+
+class WorkerUnavailable(Exception):
+    """The worker process cannot be started (e.g. the unprivileged user cannot run Python)."""
+
+
+def unprivileged_user() -> tuple[int, int] | None:
+    """``(uid, gid)`` to run student code as, or None when the grader is not root.
+    Raises :class:`WorkerUnavailable` when no such user exists."""
+    if os.geteuid() != 0:
+        return None
+    names = [os.environ[USER_ENV]] if os.environ.get(USER_ENV) else list(DEFAULT_USERS)
+    for name in names:
+        try:
+            entry = pwd.getpwnam(name)
+        except KeyError:
+            continue
+        if entry.pw_uid == 0:  # M2L_GRADER_USER=root: no separate user (local trials only)
+            return None
+        return entry.pw_uid, entry.pw_gid
+    raise WorkerUnavailable(
+        f"there is no user {' or '.join(names)} to run student code as: create one "
+        f"(useradd --system m2l-student; the autograder's setup.sh does) or set {USER_ENV}"
+    )
+
+
+def become_subreaper() -> bool:
+    """Make this process adopt every orphan among its descendants (Linux), so that
+    :func:`kill_descendants` finds processes that double-forked away from a worker."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def _children() -> dict[int, list[int]]:
+    """``{parent pid: [child pids]}`` of every process on the machine, from /proc."""
+    tree: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        # "pid (name) state ppid ...": the name may hold spaces and parentheses
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        tree.setdefault(int(fields[1]), []).append(int(entry))
+    return tree
+
+
+def descendants(keep: set[int] = frozenset()) -> set[int]:
+    """The pids below this process, leaving out ``keep`` and everything below them."""
+    tree, found, todo = _children(), set(), [os.getpid()]
+    while todo:
+        for child in tree.get(todo.pop(), []):
+            if child not in keep and child not in found:
+                found.add(child)
+                todo.append(child)
+    return found
+
+
+def reap_orphans(keep: set[int]) -> None:
+    """Reap the ended children of this process but ``keep`` (the workers whose exit status
+    is still to be read): processes that left a worker are adopted here
+    (:func:`become_subreaper`), and each that ends would otherwise stay a zombie, counted
+    against its user's process limit, until the submission is over."""
+    for pid in _children().get(os.getpid(), []):
+        if pid in keep:
+            continue
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
+SHARED_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")  # where any user may write
+
+
+def remove_files_of(uid: int, since: float, folders: tuple[str, ...] = SHARED_FOLDERS) -> int:
+    """Remove what user ``uid`` made in the shared folders since ``since`` (a time.time()),
+    after its processes are gone: in a batch, a submission's files (on disk or, in /dev/shm,
+    in memory) must neither fill the machine nor be read by the next. Walked through folder
+    descriptors, never following a link. Returns how many entries were removed."""
+    removed = 0
+    for top in folders:
+        if not os.path.isdir(top):
+            continue
+        for _, folders_here, files, fd in os.fwalk(top, topdown=False, follow_symlinks=False):
+            for name, is_dir in [(f, False) for f in files] + [(d, True) for d in folders_here]:
+                try:
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                    if st.st_uid != uid or st.st_ctime < since:
+                        continue
+                    (os.rmdir if is_dir else os.unlink)(name, dir_fd=fd)
+                    removed += 1
+                except OSError:  # gone, or a folder that holds others' files
+                    continue
+    return removed
+
+
+def kill_descendants(keep: set[int] = frozenset(), rounds: int = 200) -> int:
+    """Kill every process below this one but ``keep`` (and theirs), again until none is
+    left: a process that forks while being killed leaves a child for the next round, and
+    one whose parent died is adopted (:func:`become_subreaper`). Returns how many were
+    killed. Nothing outside this process's tree is touched."""
+    killed: set[int] = set()
+    for _ in range(rounds):
+        pids = descendants(keep)
+        if not pids:
+            break
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for pid in pids:
+            try:
+                os.waitpid(pid, 0)  # our child (an adopted orphan too): gone once reaped
+            except ChildProcessError:
+                pass  # a grandchild: adopted once its parent is gone, reaped next round
+        killed |= pids
+    return len(killed)
+
+
+_READABLE = (
+    "install Python and the course where every user can read them (the autograder's setup.sh "
+    f"does), or set {USER_ENV}=root to run student code as yourself (local trials only)"
+)
+
+
+def check_workers_start(cwd: Path, user: tuple[int, int] | None, limit: float) -> None:
+    """Start one worker as ``user`` and wait for its first answer (at most ``limit`` s):
+    raise :class:`WorkerUnavailable` now, not after minutes of the reference's checks, if
+    student code cannot run as that user."""
+    worker = Worker(cwd, user)
+    worker.limit, worker.deadline = limit, time.monotonic() + limit
+    try:
+        worker.request({"op": "source", "name": "-"})  # no module loaded: answers None
+    except (WorkerLost, WorkerStopped) as err:
+        who = f"user {user[0]}" if user else "this user"
+        raise WorkerUnavailable(
+            f"{who} cannot start the process that runs student code ({err}): {_READABLE}"
+        ) from None
+    finally:
+        worker.kill()
+
+
+class Worker:
+    """One process that runs student (or reference) code; see the module docstring.
+
+    Args:
+        cwd: its working directory (the only folder it needs to read, besides Python's).
+        user: ``(uid, gid)`` to run as, or None for the grader's own user.
+        env: extra environment variables (the rest is a small fixed set).
+        log: where its stdout and stderr go (never into the results).
+    """
+
+    def __init__(
+        self,
+        cwd: Path,
+        user: tuple[int, int] | None,
+        env: dict[str, str] | None = None,
+        log: IO[bytes] | int = subprocess.DEVNULL,
+    ):
+        to_worker_r, self._to_worker = os.pipe()
+        self._from_worker, from_worker_w = os.pipe()
+        environ = {
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(cwd),
+            "LANG": "C.UTF-8",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"),
+            # the reference and the student compile alike, as quickly as the graded tests do
+            "XLA_FLAGS": checking_xla_flags(os.environ.get("XLA_FLAGS", "")),
+            **(env or {}),
+        }
+        extra: dict[str, Any] = {}
+        if user is not None:
+            extra = {"user": user[0], "group": user[1], "extra_groups": []}
+        try:
+            self.process = self._spawn(extra, to_worker_r, from_worker_w, log, cwd, environ)
+        finally:
+            os.close(to_worker_r)
+            os.close(from_worker_w)
+        os.set_blocking(self._to_worker, False)  # a write waits in select(), to the deadline
+        os.set_blocking(self._from_worker, False)
+        self.deadline: float | None = None
+        self.limit = 0.0
+        self.busy = 0.0  # seconds spent waiting for replies
+        self.gone: WorkerGone | None = None  # set once the worker is killed or ended
+        self.pauses: Worker | None = None  # a worker whose deadline waits while this one works
+
+    @staticmethod
+    def _spawn(extra, to_worker_r, from_worker_w, log, cwd, environ) -> subprocess.Popen:
+        try:
+            return subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "m2l_nlp.grading.trusted.worker",
+                    str(to_worker_r),
+                    str(from_worker_w),
+                ],
+                pass_fds=(to_worker_r, from_worker_w),
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                cwd=cwd,
+                env=environ,
+                start_new_session=True,
+                **extra,
+            )
+        except PermissionError as err:
+            who = f"user {extra['user']}" if extra else "this user"
+            raise WorkerUnavailable(
+                f"{who} may not run {sys.executable} ({err.strerror}): {_READABLE}"
+            ) from None
+
+    def _timeout(self) -> float:
+        """Seconds left before the deadline; past it, the worker is killed."""
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            self._end(WorkerStopped(f"stopped after {self.limit:g} s"))
+        return left
+
+    def _end(self, gone: WorkerGone) -> None:
+        """Kill the worker and raise ``gone`` (again for every later request)."""
+        self.kill()
+        self.gone = gone
+        raise gone
+
+    def _write(self, payload: bytes) -> None:
+        view = memoryview(wire.frame(payload))
+        while view:
+            _, writable, _ = select.select([], [self._to_worker], [], self._timeout())
+            if not writable:
+                continue  # the deadline is checked again above
+            try:
+                view = view[os.write(self._to_worker, view) :]
+            except BlockingIOError:
+                continue
+            except (BrokenPipeError, OSError):
+                self._lost()
+
+    def _read(self, n: int) -> bytes:
+        chunks, left = [], n
+        while left:
+            ready, _, _ = select.select([self._from_worker], [], [], self._timeout())
+            if not ready:
+                continue
+            try:
+                chunk = os.read(self._from_worker, min(left, 1 << 20))
+            except BlockingIOError:
+                continue
+            if not chunk:
+                self._lost()
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def _lost(self) -> None:
+        """The worker closed its pipe: it ended, or will be ended now."""
+        try:
+            code = self.process.wait(timeout=1.0)
+            self._end(WorkerLost(_ended(code)))
+        except subprocess.TimeoutExpired:
+            self._end(WorkerLost("it closed its pipe to the grader"))
+
+    def request(self, message: dict[str, Any]) -> Any:
+        """Send ``message``; return the reply's value, or raise what it describes. Writing,
+        waiting, reading and decoding all count against the deadline (``REQUEST_LIMIT_S``
+        when none is set); a reply over ``wire.MAX_BYTES`` ends the worker."""
+        if self.gone is not None:
+            raise self.gone
+        if self.deadline is None:
+            self.limit, self.deadline = REQUEST_LIMIT_S, time.monotonic() + REQUEST_LIMIT_S
+            unset = True
+        else:
+            unset = False
+        start = time.monotonic()
+        try:
+            self._write(wire.encode(message))
+            (size,) = wire.HEADER.unpack(self._read(wire.HEADER.size))
+            if size > wire.MAX_BYTES:
+                self._end(WorkerLost(f"it sent a reply of {size} bytes, over the limit"))
+            reply = wire.decode(self._read(size))
+            self._timeout()
+        except wire.WireError as err:
+            self._end(WorkerLost(f"it sent a malformed reply ({err})"))
+        finally:
+            took = time.monotonic() - start
+            self.busy += took
+            if unset:
+                self.deadline = None
+            if self.pauses is not None and self.pauses.deadline is not None:
+                self.pauses.deadline += took
+        if not isinstance(reply, dict) or not ({"ok", "error"} & set(reply)):
+            self._end(WorkerLost("it sent a malformed reply"))
+        if "error" in reply:
+            raise _exception(reply["error"])
+        return reply["ok"]
+
+    def kill(self) -> None:
+        """Kill the process and everything it started in its session (what left the
+        session is :func:`kill_descendants`' work)."""
+        if self.process.poll() is None:
+            for kill in (lambda: os.killpg(self.process.pid, signal.SIGKILL), self.process.kill):
+                try:
+                    kill()
+                except (ProcessLookupError, PermissionError):
+                    pass
+        self.process.wait()
+        for fd in (self._to_worker, self._from_worker):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        self.gone = self.gone or WorkerLost("it was stopped")
+
+
+def _ended(code: int) -> str:
+    """How a process ended, in words: its exit status, or the signal that ended it."""
+    if code >= 0:
+        return f"exit status {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        name = f"signal {-code}"
+    hint = " (out of memory or of processes?)" if name in ("SIGABRT", "SIGSEGV") else ""
+    return f"killed by {name}{hint}"
+
+
+def _exception(error: Any) -> BaseException:
+    """The exception a reply describes, rebuilt from plain data (never unpickled)."""
+    if not isinstance(error, dict):
+        return StudentError("Error", str(error)[:300], [])
+    kind = str(error.get("type", "Error"))
+    message = str(error.get("message", ""))
+    if kind == "NotImplementedError":
+        return NotImplementedError(message)
+    if kind in ("CheckFailure", "ImportFailed"):  # a missing name, or the file's import
+        return CheckFailure(message)
+    frames = []
+    for frame in error.get("frames") or []:
+        try:
+            filename, lineno, name, line = frame
+            frames.append(
+                traceback.FrameSummary(str(filename), int(lineno), str(name), line=str(line))
+            )
+        except (TypeError, ValueError):
+            continue
+    bases = error.get("builtins") or []
+    builtin = next((_REBUILT[b] for b in bases if isinstance(b, str) and b in _REBUILT), None)
+    if builtin is None:
+        return StudentError(kind, message, frames)
+    return _student_error_class(builtin)(kind, message, frames)
+
+
+# Built-in exceptions a check may catch (a ValueError for bad input, ...), rebuilt as such.
+_REBUILT = {
+    cls.__name__: cls
+    for cls in (
+        ValueError,
+        TypeError,
+        IndexError,
+        KeyError,
+        AssertionError,
+        RuntimeError,
+        AttributeError,
+        ZeroDivisionError,
+        ArithmeticError,
+        LookupError,
+        RecursionError,
+    )
+}
+
+
+@functools.cache
+def _student_error_class(builtin: type[Exception]) -> type[StudentError]:
+    """A :class:`StudentError` that is also a ``builtin`` (``except ValueError`` sees it)."""
+    return type(f"Student{builtin.__name__}", (StudentError, builtin), {})
+
+
+class RemoteFunction(ElsewhereFunction):
+    """A student's function called in the worker; arguments and result are plain data."""
+
+    def __init__(self, worker: Worker, name: str, jit: list[int] | None = None):
+        self.worker, self.name, self.jit = worker, name, jit
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.worker.request(
+            {"op": "call", "name": self.name, "args": list(args), "kwargs": kwargs, "jit": self.jit}
+        )
+
+    def jitted(self, static_argnums: tuple[int, ...] = ()) -> RemoteFunction:
+        return RemoteFunction(self.worker, self.name, jit=list(static_argnums))
+
+
+class RemoteNamespace(Elsewhere):
+    """The student's module as the checks see it, running in ``worker``."""
+
+    def __init__(self, worker: Worker):
+        self.worker = worker
+
+    def __getattr__(self, name: str) -> RemoteFunction:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return RemoteFunction(self.worker, name)
+
+    def source(self, name: str) -> str | None:
+        return self.worker.request({"op": "source", "name": name})
+
+    def run_haiku(
+        self, build: BuildSpec, params: Any, args: tuple, key: Any = None, jit: bool = False
+    ) -> Any:
+        return self.worker.request(
+            {
+                "op": "haiku",
+                "build": build.plain(),
+                "params": params,
+                "args": list(args),
+                "key": None if key is None else np.asarray(key),
+                "jit": jit,
+            }
+        )

@@ -1,0 +1,220 @@
+"""One experiment: a preset's model trained, validated, tested and saved.
+
+:func:`train_and_evaluate` is the whole job of ``m2l-nlp train`` and of the notebooks'
+training cells: prepared data and a preset (:mod:`m2l_nlp.config`) in, the trained model, its
+history and its test result out, saved as one run folder (:mod:`m2l_nlp.runs`) that an
+interrupted run can resume. The training itself is :func:`m2l_nlp.train.loop.train`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import haiku as hk
+import jax
+
+from m2l_nlp import devices
+from m2l_nlp.runs import folders as runs
+from m2l_nlp.config import Preset
+from m2l_nlp.train.evaluation import evaluate
+from m2l_nlp.train.metrics import EvalResult
+from m2l_nlp.train.progress import Progress
+from m2l_nlp.data.splits import split_validation
+from m2l_nlp.train.loop import train
+from m2l_nlp.transform import ModelFuncs
+
+
+def resolve_val_size(preset: Preset, requested: int | None, no_test: bool, n_train: int) -> int:
+    """Training reviews to hold out for per-epoch validation.
+
+    ``requested`` (``--val-size``) wins when given. Otherwise a ``no_test`` run holds out
+    the preset's ``val_size`` (at most a fifth of the split), and so does a test run unless
+    the preset is a ``final_fit`` one, which trains on everything. Raises ``ValueError``
+    saying what to do when the request leaves nothing to train on, or nothing to validate on
+    in a ``no_test`` run.
+    """
+    if requested is None:
+        val_size = 0 if preset.final_fit and not no_test else preset.val_size_for(n_train)
+    elif requested >= n_train:
+        raise ValueError(
+            f"--val-size {requested} leaves nothing to train on: the training split has "
+            f"{n_train} reviews; hold out fewer (or 0)"
+        )
+    else:
+        val_size = requested
+    if no_test and not val_size:
+        raise ValueError("--no-test needs a validation split to report on; drop --val-size 0")
+    return val_size
+
+
+class RunResult(NamedTuple):
+    """What :func:`train_and_evaluate` returns: the trained model, its config, the history
+    and the test result (None for a ``no_test`` run), and the metrics it saved."""
+
+    model: ModelFuncs
+    params: hk.Params
+    config: Any
+    history: dict[str, list[float]]
+    test: EvalResult | None
+    metrics: dict[str, Any]
+
+
+def train_and_evaluate(
+    preset: Preset,
+    data: Any,
+    out: str | os.PathLike | runs.RunFolder | None = None,
+    *,
+    name: str = "",
+    changed: Sequence[str] = (),
+    impl: Any = "solutions",
+    seed: int = 0,
+    val_size: int | None = None,
+    no_test: bool = False,
+    overwrite: bool = False,
+    resume: bool = False,
+    progress: bool = True,
+    log: Callable[[str], None] | None = print,
+) -> RunResult:
+    """The whole job: train the model of ``preset`` on ``data``, validate, test, save.
+
+    ``data`` is a :class:`~m2l_nlp.data.PreparedData` encoded as the preset says
+    (:func:`m2l_nlp.data.prepare_for`). ``val_size`` training reviews are held out
+    (:func:`m2l_nlp.data.splits.split_validation`; default: see
+    :func:`resolve_val_size`) to validate each epoch and keep the best;
+    the test reviews are scored once, at the end, unless ``no_test``. ``impl`` picks the
+    student's or the reference modules (or a notebook's ``globals()``); ``name`` and
+    ``changed`` (the preset's name and its ``--set`` changes) are recorded in the metrics.
+
+    With ``out`` (a folder, or a :class:`~m2l_nlp.runs.RunFolder` already open) the run is
+    saved there as one unit, every epoch is kept beside it, and ``resume`` continues an
+    interrupted run with the same settings; an existing run is replaced only with
+    ``overwrite`` (:mod:`m2l_nlp.runs`).
+    """
+    with contextlib.ExitStack() as stack:
+        folder = out
+        if out is not None and not isinstance(out, runs.RunFolder):
+            folder = stack.enter_context(runs.open_run(out, overwrite=overwrite, resume=resume))
+        return _train_and_evaluate(
+            preset,
+            data,
+            folder,
+            name,
+            changed,
+            impl,
+            seed,
+            val_size,
+            no_test,
+            resume,
+            progress,
+            log or (lambda line: None),
+        )
+
+
+def _train_and_evaluate(
+    preset, data, folder, name, changed, impl, seed, val_size, no_test, resume, progress, log
+) -> RunResult:
+    from m2l_nlp.model import classifiers as models
+    from m2l_nlp.runs.checkpoint import save_run
+
+    start = time.perf_counter()
+    compiled_before = devices.compile_counter()
+    settings = preset.settings(seed=seed)
+    n_train = len(data.train_labels)
+    val_size = resolve_val_size(preset, val_size, no_test, n_train)
+    train_split, val_split = split_validation(data, val_size)
+    log(
+        f"data: {n_train - val_size} train / {val_size} validation / {len(data.test_labels)} "
+        f"test reviews, vocabulary {data.vocab_size}, up to {data.seq_len} tokens"
+    )
+    if preset.final_fit and not val_size:
+        log(
+            f"final fit: the {preset.val_size_for(n_train)} validation reviews are trained on "
+            "too (the recipe was chosen on them); add --no-test to validate a recipe"
+        )
+    funcs, config, params, tie = models.init_for_preset(preset, data, seed, impl, *train_split[:2])
+    fingerprint = json.loads(
+        json.dumps(
+            dict(
+                preset=dataclasses.asdict(preset),
+                name=name,
+                impl=impl if isinstance(impl, str) else "",
+                seed=seed,
+                val_size=val_size,
+                no_test=no_test,
+                data=Path(data.cache_path).name if getattr(data, "cache_path", None) else None,
+            )
+        )
+    )
+    begin, on_epoch = None, None
+    if folder is not None:
+        if resume:
+            info, arrays = folder.load_progress(fingerprint)
+            begin = runs.progress_from_saved(info, arrays)
+            log(f"resuming after epoch {begin.epoch} of {settings.epochs}")
+
+        def on_epoch(done: Progress) -> None:
+            info, arrays = runs.progress_to_save(done)
+            folder.save_progress(
+                dict(info, epochs=settings.epochs, fingerprint=fingerprint), arrays
+            )
+
+    mesh = devices.make_mesh()
+    result = train(
+        funcs,
+        params,
+        train_split,
+        settings,
+        eval_data=val_split,
+        mesh=mesh,
+        progress=progress,
+        log=log,
+        start=begin,
+        on_epoch=on_epoch,
+        tie=tie,  # the classifier's parameters come back, the pairs' rows tied
+    )
+    params = result.params
+    test = None
+    if not no_test:
+        test = evaluate(
+            params,
+            funcs,
+            (data.test_ids, data.test_mask, data.test_labels),
+            settings=settings,
+            mesh=mesh,
+            progress=progress,
+            desc="test",
+        )
+    run_metrics: dict[str, Any] = {
+        "preset": name,
+        "changed": list(changed),
+        "architecture": preset.architecture,
+        "best_epoch": result.best_epoch,
+        "val_size": val_size,
+        "impl": impl if isinstance(impl, str) else "notebook",
+        "devices": devices.describe_devices(),
+    }
+    if result.eval_result is not None:
+        run_metrics["val_accuracy"] = result.eval_result.accuracy
+    if test is not None:
+        run_metrics.update(
+            test_accuracy=test.accuracy, test_loss=test.loss, confusion=test.confusion.tolist()
+        )
+    compiled = devices.compile_counter()
+    run_metrics["compiled_programs"] = compiled["programs"] - compiled_before["programs"]
+    run_metrics["compile_seconds"] = compiled["seconds"] - compiled_before["seconds"]
+    run_metrics["seconds"] = time.perf_counter() - start
+    params = jax.device_get(params)
+    run = RunResult(funcs, params, config, result.history, test, run_metrics)
+    if folder is not None:
+        folder.commit(
+            lambda new: save_run(new, run, preset, settings, data),
+            dict(preset=name, architecture=preset.architecture),
+        )
+    return run
