@@ -25,8 +25,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from m2l_nlp.data import bigrams
 from m2l_nlp.config import ClassifierConfig
+from m2l_nlp.data import bigrams
 from m2l_nlp.fileio import json_text, make_ordinary
 
 PARAMS_FILE = "params.npz"
@@ -257,9 +257,9 @@ def predict(
     training crop length as during training), or non-ASCII.
     """
     from m2l_nlp.data import batching
-    from m2l_nlp.train import evaluation
-    from m2l_nlp.model import classifiers as model
     from m2l_nlp.data.tokenization import batch_encode
+    from m2l_nlp.model import classifiers as model
+    from m2l_nlp.train import evaluation
 
     if not isinstance(checkpoint, Checkpoint):
         checkpoint = load_checkpoint(checkpoint)

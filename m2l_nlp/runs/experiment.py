@@ -21,13 +21,13 @@ import haiku as hk
 import jax
 
 from m2l_nlp import devices
-from m2l_nlp.runs import folders as runs
 from m2l_nlp.config import Preset
+from m2l_nlp.data.splits import split_validation
+from m2l_nlp.runs import folders as runs
 from m2l_nlp.train.evaluation import evaluate
+from m2l_nlp.train.loop import train
 from m2l_nlp.train.metrics import EvalResult
 from m2l_nlp.train.progress import Progress
-from m2l_nlp.data.splits import split_validation
-from m2l_nlp.train.loop import train
 from m2l_nlp.transform import ModelFuncs
 
 

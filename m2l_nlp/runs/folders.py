@@ -40,14 +40,13 @@ import sys
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
 from m2l_nlp.fileio import atomic_file, write_json_atomic
 from m2l_nlp.train.metrics import EvalResult
 from m2l_nlp.train.progress import Progress
-
 
 MARKER = "run.json"
 MADE = ".m2l-nlp-made"  # in every folder this module makes, from its first instant
