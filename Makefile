@@ -56,8 +56,11 @@ test: $(STAMP) lint
 	cat "$$log"; rm -f "$$log"; \
 	[ $$library = 0 ] && [ $$checks = 0 ]
 
+# --dist loadfile: a file's tests share one worker and its module fixtures (the autograder's
+# batch is graded once, and never beside a second grader running as the same student user).
 test-slow: $(STAMP)
-	$(BIN)/python -m pytest tests --ignore=tests/graded --impl solutions -q -n $(JOBS) -m slow
+	$(BIN)/python -m pytest tests --ignore=tests/graded --impl solutions -q -n $(JOBS) -m slow \
+	    --dist loadfile
 
 # Compatibility environments (CI runs them after `make test`; they need pyenv's Python 3.10
 # and 3.13, or FLOORS_PYTHON / COLAB_PYTHON / NEWEST_PYTHON): the dependency floors of
