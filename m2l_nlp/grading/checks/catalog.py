@@ -11,11 +11,13 @@ score table. Two imports are by name, as data: the modules of ``$M2L_GRADING_MOD
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
 import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 # isort: off
@@ -25,10 +27,11 @@ from m2l_nlp.grading.checks import practical2  # noqa: F401
 
 # isort: on
 from m2l_nlp.grading.checks import settings as grading_settings
-from m2l_nlp.grading.checks.registry import Exercise, registered
+from m2l_nlp.grading.checks.registry import Exercise, registered, unregister
 from m2l_nlp.impl import repo_root
 
 EXTRA_MODULES_ENV = "M2L_GRADING_MODULES"
+HIDDEN_PREFIX = "m2l_nlp_hidden_"  # the hidden check modules' names in sys.modules
 
 
 def extra_modules() -> list[str]:
@@ -51,13 +54,26 @@ def load_hidden(root: Path | None = None) -> list[str]:
     _import_extra_modules()  # theirs first: a hidden module may import them
     before = set(registered())
     for path in sorted(folder.glob("*.py")) if folder.is_dir() else []:
-        name = f"m2l_nlp_hidden_{path.stem}"
+        name = f"{HIDDEN_PREFIX}{path.stem}"
         if name not in sys.modules:
             spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
             spec.loader.exec_module(module)
-    return [name for name in registered() if name not in before]
+    return [name for name, ex in registered().items() if ex.hidden or name not in before]
+
+
+@contextlib.contextmanager
+def hidden_checks(root: Path | None = None) -> Iterator[list[str]]:
+    """The hidden checks registered for the block only (:func:`load_hidden`): a process that
+    also grades locally or records answers (``make handout``) must not keep them."""
+    names = load_hidden(root)
+    try:
+        yield names
+    finally:
+        unregister(names)
+        for module in [m for m in sys.modules if m.startswith(HIDDEN_PREFIX)]:
+            del sys.modules[module]
 
 
 def read_settings(root: Path | None = None) -> grading_settings.GradingSettings:

@@ -95,6 +95,12 @@ def exercise(
     return ex
 
 
+def unregister(names: list[str]) -> None:
+    """Forget the exercises ``names`` (the hidden checks, once a bundle is written)."""
+    for name in names:
+        _REGISTRY.pop(name, None)
+
+
 def registered() -> dict[str, Exercise]:
     """Every exercise registered so far, in the order of registration (teaching order)."""
     return _REGISTRY

@@ -74,7 +74,7 @@ def autograder(out: Path, root: Path | None = None) -> Path:
     root = root or repo_root()
     if not (root / "solutions").is_dir():
         raise BundleError(f"{root} has no solutions/: build the autograder from the full repo")
-    _checked_settings(root)
+    hidden_points(root)
     names = [n for n in tracked_files(root) if _in(n, AUTOGRADER_PARTS)]
     with atomic_file(out) as handle, zipfile.ZipFile(handle, "w", zipfile.ZIP_DEFLATED) as zf:
         for script in ("setup.sh", "run_autograder"):
@@ -86,26 +86,26 @@ def autograder(out: Path, root: Path | None = None) -> Path:
     return out
 
 
-def _checked_settings(root: Path) -> dict[str, float]:
+def hidden_points(root: Path) -> dict[str, float]:
     """Import the hidden checks and read ``grading.toml`` against every exercise, as the
-    autograder will: a mistake is said now, not on the first submission. Returns the
-    hidden points per practical. Call it after anything that records answers: the hidden
-    exercises stay registered in this process."""
-    from m2l_nlp.grading.checks.catalog import load_exercises, load_hidden, read_settings
+    autograder will (a mistake is said now, not on the first submission); returns the
+    points per practical that only the autograder grades. The hidden checks are forgotten
+    afterwards: nothing recorded later in this process holds them."""
+    from m2l_nlp.grading.checks.catalog import hidden_checks, load_exercises, read_settings
     from m2l_nlp.grading.checks.settings import SettingsError
 
+    points: dict[str, float] = {}
     try:
-        hidden = load_hidden(root)
-        read_settings(root)
+        with hidden_checks(root) as hidden:
+            read_settings(root)
+            for ex in load_exercises().values():
+                if ex.name in hidden:
+                    points[ex.practical] = points.get(ex.practical, 0.0) + ex.points
     except SettingsError as err:
         raise BundleError(str(err)) from None
     except Exception as err:  # noqa: BLE001 - the instructor's hidden checks do not import
         message = f"the hidden checks in solutions/hidden/ do not import: {err!r}"
         raise BundleError(message) from None
-    points: dict[str, float] = {}
-    for ex in load_exercises().values():
-        if ex.name in hidden:
-            points[ex.practical] = points.get(ex.practical, 0.0) + ex.points
     return points
 
 
@@ -157,7 +157,7 @@ def handout(out: Path, root: Path | None = None) -> Path:
             ref = reference(practical)
             recorder = record(practical, ref, stub_lines_of(ref))
             expected.save(recorder, practical, tmp / "m2l_nlp" / "grading" / "checks" / "expected")
-        hidden = _checked_settings(root)  # after recording: no hidden check is recorded
+        hidden = hidden_points(root)
         if hidden:  # the local score table says which points only the autograder grades
             lines = [f"{p} = {v:g}" for p, v in hidden.items()]
             with open(tmp / "grading.toml", "a", encoding="utf-8") as handle:
@@ -189,14 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     print(f"wrote {path}")
     if args.what == "handout":
-        from m2l_nlp.grading.checks.catalog import load_exercises
-
-        hidden = [ex for ex in load_exercises().values() if ex.hidden]
-        points = sum(ex.points for ex in hidden)
+        points = sum(hidden_points(repo_root()).values())
         print(
             "left out: solutions/ and the solved notebooks; the hidden checks of "
-            f"solutions/hidden/ ({len(hidden)} exercise(s), {points:g} points) are graded by "
-            "the autograder only"
+            f"solutions/hidden/ ({points:g} points) are graded by the autograder only"
         )
     return 0
 
