@@ -473,3 +473,23 @@ def test_no_module_of_the_library_defines_what_an_exercise_asks_for():
             if defined and node.name.lstrip("_") in targets:
                 found.append(f"{path.relative_to(ROOT)}: {node.name}")
     assert targets and found == []
+
+
+def test_what_student_code_left_in_the_shared_folders_is_removed_and_nothing_else(tmp_path):
+    """Its files and folders made since the grading began go; older ones, and those of other
+    users, stay (here: the test's own user stands for the student's)."""
+    import os
+
+    from m2l_nlp.grading.trusted.remote import remove_files_of
+
+    (tmp_path / "old.txt").write_text("before the grading")
+    time.sleep(0.05)
+    since = time.time()
+    shared = tmp_path
+    (shared / "left.bin").write_bytes(b"x" * 10)
+    (shared / "tree" / "deep").mkdir(parents=True)
+    (shared / "tree" / "deep" / "f").write_text("x")
+    (shared / "link").symlink_to("/etc/hostname")
+    assert remove_files_of(os.getuid(), since, (str(shared),)) == 5
+    assert sorted(p.name for p in shared.iterdir()) == ["old.txt"]
+    assert Path("/etc/hostname").exists()

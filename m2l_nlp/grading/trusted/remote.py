@@ -16,6 +16,7 @@ import os
 import pwd
 import select
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -131,22 +132,49 @@ SHARED_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")  # where any user may write
 def remove_files_of(uid: int, since: float, folders: tuple[str, ...] = SHARED_FOLDERS) -> int:
     """Remove what user ``uid`` made in the shared folders since ``since`` (a time.time()),
     after its processes are gone: in a batch, a submission's files (on disk or, in /dev/shm,
-    in memory) must neither fill the machine nor be read by the next. Walked through folder
-    descriptors, never following a link. Returns how many entries were removed."""
+    in memory) must neither fill the machine nor be read by the next. Only the folders' own
+    entries are looked at, and the inside of those the user made (other users' trees, a
+    checkout's virtual environments say, are never walked); through folder descriptors,
+    never following a link. Returns how many entries were removed."""
     removed = 0
     for top in folders:
-        if not os.path.isdir(top):
+        try:
+            top_fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        except OSError:
             continue
-        for _, folders_here, files, fd in os.fwalk(top, topdown=False, follow_symlinks=False):
-            for name, is_dir in [(f, False) for f in files] + [(d, True) for d in folders_here]:
-                try:
-                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
-                    if st.st_uid != uid or st.st_ctime < since:
-                        continue
-                    (os.rmdir if is_dir else os.unlink)(name, dir_fd=fd)
-                    removed += 1
-                except OSError:  # gone, or a folder that holds others' files
-                    continue
+        try:
+            for entry in os.scandir(top_fd):
+                removed += _remove_own(entry.name, top_fd, uid, since)
+        finally:
+            os.close(top_fd)
+    return removed
+
+
+def _remove_own(name: str, parent: int, uid: int, since: float) -> int:
+    """Remove ``name`` under the folder descriptor ``parent`` if ``uid`` made it since
+    ``since``, a folder with what it holds of ``uid``'s; returns how many entries went."""
+    try:
+        st = os.stat(name, dir_fd=parent, follow_symlinks=False)
+    except OSError:
+        return 0
+    if st.st_uid != uid or st.st_ctime < since:
+        return 0
+    removed = 0
+    if stat.S_ISDIR(st.st_mode):
+        try:
+            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+        except OSError:
+            return 0
+        try:
+            for entry in list(os.scandir(fd)):
+                removed += _remove_own(entry.name, fd, uid, 0.0)  # inside: all of the user's
+        finally:
+            os.close(fd)
+    try:
+        (os.rmdir if stat.S_ISDIR(st.st_mode) else os.unlink)(name, dir_fd=parent)
+        removed += 1
+    except OSError:  # a folder that still holds others' files
+        pass
     return removed
 
 
