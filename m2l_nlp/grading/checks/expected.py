@@ -67,24 +67,15 @@ class Recorder(Elsewhere):
 
 
 class Replay(Elsewhere):
-    """Answers the reference's questions from records; ``fallback`` (if given) answers the
-    ones that were not recorded, else :class:`NotRecorded` is raised."""
+    """Answers the reference's questions from records; :class:`NotRecorded` for the others."""
 
-    def __init__(
-        self,
-        records: dict[str, Any],
-        stub_lines: tuple[str, ...] = (),
-        fallback: Any = None,
-    ):
+    def __init__(self, records: dict[str, Any], stub_lines: tuple[str, ...] = ()):
         self.records = records
         self.stub_lines = stub_lines
-        self.fallback = fallback
 
-    def _answer(self, question: str, what: str, ask: Any) -> Any:
+    def _answer(self, question: str, what: str) -> Any:
         if question in self.records:
             return wire.from_plain(self.records[question])
-        if self.fallback is not None:
-            return ask()
         raise NotRecorded(
             f"no expected value was recorded for this case ({what}); your output differs "
             "from the reference's earlier in this check, so fix the first mismatch reported"
@@ -93,18 +84,13 @@ class Replay(Elsewhere):
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
             raise AttributeError(name)
-        func = None if self.fallback is None else getattr(self.fallback, name)
-        return _Question(self, name, func)
+        return _Question(self, name, None)
 
     def run_haiku(
         self, build: BuildSpec, params: Any, args: tuple, key: Any = None, jit: bool = False
     ) -> Any:
         question = _question("haiku", build.plain(), list(args), params, key)
-        return self._answer(
-            question,
-            build.name,
-            lambda: run_haiku(build, self.fallback, params, *args, key=key, jit=jit),
-        )
+        return self._answer(question, build.name)
 
 
 class _Question(ElsewhereFunction):
@@ -118,7 +104,7 @@ class _Question(ElsewhereFunction):
         question = _question("call", self.name, [list(args), kwargs])
         if isinstance(self.owner, Recorder):
             return self.owner._keep(question, self.func(*args, **kwargs))
-        return self.owner._answer(question, self.name, lambda: self.func(*args, **kwargs))
+        return self.owner._answer(question, self.name)
 
     def jitted(self, static_argnums: tuple[int, ...] = ()) -> _Question:
         if self.func is None:  # answers are looked up: nothing to compile

@@ -266,7 +266,6 @@ class Worker:
         os.set_blocking(self._from_worker, False)
         self.deadline: float | None = None
         self.limit = 0.0
-        self.busy = 0.0  # seconds spent waiting for replies
         self.gone: WorkerGone | None = None  # set once the worker is killed or ended
         self.pauses: Worker | None = None  # a worker whose deadline waits while this one works
 
@@ -369,7 +368,6 @@ class Worker:
             self._end(WorkerLost(f"it sent a malformed reply ({err})"))
         finally:
             took = time.monotonic() - start
-            self.busy += took
             if unset:
                 self.deadline = None
             if self.pauses is not None and self.pauses.deadline is not None:
