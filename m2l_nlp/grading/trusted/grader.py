@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import secrets
 import shutil
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from m2l_nlp.fileio import write_json_atomic
-from m2l_nlp.grading.checks.catalog import load_exercises, load_hidden, read_settings
+from m2l_nlp.grading.checks.catalog import hidden_checks, load_exercises, read_settings
 from m2l_nlp.grading.checks.registry import CheckFailure, Exercise
 from m2l_nlp.grading.checks.report import results_json, score_table
 from m2l_nlp.grading.checks.runner import (
@@ -301,10 +302,11 @@ def grade(
     os.chmod(scratch, 0o755)
     references: dict[str, tuple[RemoteNamespace, dict[str, float]]] = {}
     written = []
+    cleanup = contextlib.ExitStack()  # the hidden checks stay registered while grading only
     try:
         try:
             try:
-                load_hidden(root)
+                cleanup.enter_context(hidden_checks(root))
                 settings = read_settings(root)
             except SettingsError as err:
                 raise GraderBroken(str(err)) from None
@@ -375,6 +377,7 @@ def grade(
             ref.worker.kill()
         kill_descendants()
         shutil.rmtree(scratch, ignore_errors=True)
+        cleanup.close()
     return written
 
 
