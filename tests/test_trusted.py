@@ -147,8 +147,8 @@ def student_file(tmp_path_factory) -> Path:
     return folder
 
 
-def _worker(folder: Path, env: dict[str, str] | None = None) -> Worker:
-    worker = Worker(folder, None, env=env)
+def _worker(folder: Path, env: dict[str, str] | None = None, **options) -> Worker:
+    worker = Worker(folder, None, env=env, **options)
     worker.limit, worker.deadline = 60.0, time.monotonic() + 60
     worker.request({"op": "load", "path": str(folder / "practical_x.py"), "name": "practical_x"})
     return worker
@@ -263,8 +263,8 @@ def test_only_the_reference_worker_keeps_its_programs_in_a_folder_of_its_own(
     class Started(Exception):
         pass
 
-    def start(folder, practical, user, home, env=None):
-        started.append(env)
+    def start(folder, practical, user, home=None, env=None, budget=None):
+        started.append(env or {})
         raise Started
 
     monkeypatch.setattr(trusted, "_start", start)
@@ -368,16 +368,23 @@ def test_processes_that_escape_the_worker_are_killed_and_nothing_else(student_fi
 
 
 def test_student_workers_run_with_bounded_memory_and_processes(student_file):
-    """Soft and hard limits alike: student code cannot raise them again."""
-    from m2l_nlp.grading.trusted import worker as worker_module
+    """Soft and hard limits alike, set before the interpreter starts: student code cannot
+    raise them again; and its OOM score makes it the kernel's first choice."""
+    from m2l_nlp.grading.trusted import limits as worker_limits
 
-    worker = _worker(student_file, {worker_module.LIMITS_ENV: "1"})
+    worker = _worker(
+        student_file,
+        limits=worker_limits.STUDENT_LIMITS,
+        oom_score=worker_limits.STUDENT_OOM_SCORE,
+    )
     try:
         memory, processes = RemoteNamespace(worker).limits(0)
+        oom = Path(f"/proc/{worker.process.pid}/oom_score_adj").read_text().strip()
     finally:
         worker.kill()
-    assert memory == (worker_module.MEMORY_BYTES,) * 2
-    assert processes == (worker_module.PROCESSES,) * 2
+    assert memory == (worker_limits.STUDENT_LIMITS["RLIMIT_AS"],) * 2
+    assert processes == (worker_limits.STUDENT_LIMITS["RLIMIT_NPROC"],) * 2
+    assert oom == str(worker_limits.STUDENT_OOM_SCORE)
 
 
 def test_a_worker_that_dies_at_import_costs_its_practical_only(tmp_path):
@@ -480,7 +487,7 @@ def test_what_student_code_left_in_the_shared_folders_is_removed_and_nothing_els
     users, stay (here: the test's own user stands for the student's)."""
     import os
 
-    from m2l_nlp.grading.trusted.remote import remove_files_of
+    from m2l_nlp.grading.trusted.cleanup import remove_files_of
 
     (tmp_path / "old.txt").write_text("before the grading")
     time.sleep(0.05)
@@ -490,6 +497,6 @@ def test_what_student_code_left_in_the_shared_folders_is_removed_and_nothing_els
     (shared / "tree" / "deep").mkdir(parents=True)
     (shared / "tree" / "deep" / "f").write_text("x")
     (shared / "link").symlink_to("/etc/hostname")
-    assert remove_files_of(os.getuid(), since, (str(shared),)) == 5
+    assert remove_files_of(os.getuid(), since, (str(shared),)).removed == 5
     assert sorted(p.name for p in shared.iterdir()) == ["old.txt"]
     assert Path("/etc/hostname").exists()

@@ -28,7 +28,16 @@ else:  # pragma: no cover - Python 3.10 (the floors' lane)
 SETTINGS_FILE = "grading.toml"
 HIDDEN_DIR = "solutions/hidden"  # the hidden checks: one module per practical, root's only
 VISIBILITIES = ("visible", "hidden", "after_due_date", "after_published")
-_TOP = ("partial_credit", "time_limit_factor", "points", "weights", "gates", "hidden")
+_TOP = (
+    "partial_credit",
+    "time_limit_factor",
+    "submission_time_limit",
+    "memory_budget_mb",
+    "points",
+    "weights",
+    "gates",
+    "hidden",
+)
 _HIDDEN = ("visibility", "in_total", "points")
 
 
@@ -51,6 +60,9 @@ class GradingSettings:
         hidden_visibility: Gradescope's visibility of the hidden checks' results.
         hidden_in_total: whether the hidden checks' points count in the total score.
         hidden_points: ``{practical: points}`` only the autograder grades (a handout's).
+        submission_time_limit: the autograder's seconds for one whole submission, loading
+            its files included (at most; less where the reference's time allows).
+        memory_budget_mb: the memory that one submission's processes hold together.
     """
 
     partial_credit: bool = False
@@ -61,6 +73,8 @@ class GradingSettings:
     hidden_visibility: str = "after_due_date"
     hidden_in_total: bool = True
     hidden_points: dict[str, float] = dataclasses.field(default_factory=dict)
+    submission_time_limit: float = 420.0
+    memory_budget_mb: float = 1536.0
 
 
 def _number(value: Any, where: str, low: float, what: str) -> float:
@@ -97,6 +111,10 @@ def parse(text: str, checks: dict[str, list[str]], name: str = SETTINGS_FILE) ->
     if not isinstance(partial, bool):
         raise SettingsError(f"{name}: partial_credit must be true or false, not {partial!r}")
     factor = _number(data.get("time_limit_factor", 5.0), f"{name}: time_limit_factor", 1, ">= 1")
+    total = _number(
+        data.get("submission_time_limit", 420.0), f"{name}: submission_time_limit", 10, ">= 10"
+    )
+    memory = _number(data.get("memory_budget_mb", 1536.0), f"{name}: memory_budget_mb", 64, ">= 64")
 
     def exercise_of(key: str, where: str) -> list[str]:
         if key not in checks:
@@ -140,7 +158,16 @@ def parse(text: str, checks: dict[str, list[str]], name: str = SETTINGS_FILE) ->
         for practical, value in _table(hidden.get("points", {}), "hidden.points").items()
     }
     return GradingSettings(
-        partial, factor, points, weights, gates, visibility, in_total, hidden_points
+        partial,
+        factor,
+        points,
+        weights,
+        gates,
+        visibility,
+        in_total,
+        hidden_points,
+        submission_time_limit=total,
+        memory_budget_mb=memory,
     )
 
 

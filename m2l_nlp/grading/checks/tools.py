@@ -287,6 +287,11 @@ def expect_dropout_only_in_training(
     train = expect_array(
         output(0.5, True, params, ctx.key(1)), f"the output of {what} in training mode"
     )
+    if train.shape != evals.shape:  # compared unbroadcast: two replies could make gigabytes
+        fail(
+            f"the output of {what} has shape {train.shape} in training mode but "
+            f"{evals.shape} in evaluation mode: they should be the same"
+        )
     if np.allclose(train, evals, atol=1e-6):
         fail(
             f"with p_dropout=0.5 and is_train=True the output of {what} equals the evaluation "

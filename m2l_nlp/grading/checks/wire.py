@@ -26,8 +26,20 @@ _ARRAY_KINDS = "biufc"  # bool, int, unsigned, float, complex
 HEADER = struct.Struct(">Q")
 
 
+# What one reply may hold, checked before the grader computes anything with it: bytes do
+# not bound shapes (a zero-size array of shape (2**30, 0) is 0 bytes, and its mean along
+# the second axis is 8 GiB). An array's size counts each axis, empty ones as 1.
+MAX_ELEMENTS = 1 << 22  # in one array (the checks' replies hold at most a few thousand)
+MAX_TOTAL_ELEMENTS = 1 << 23  # in one reply
+MAX_ITEMS = 1 << 16  # values of any kind in one reply
+
+
 class WireError(Exception):
     """A message that is not well-formed plain data (or is too large)."""
+
+
+class TooLarge(WireError):
+    """A well-formed reply that holds more than any check asks for; says what, in words."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +112,37 @@ def from_plain(plain: Any) -> Any:
     if tag == "o":
         return Opaque(str(body))
     raise WireError(f"unknown tag {tag!r}")
+
+
+def array_size(shape: tuple[int, ...]) -> int:
+    """Elements an array of ``shape`` stands for, an empty axis counted as 1: a bound on
+    what any reduction or broadcast of it can allocate."""
+    size = 1
+    for n in shape:
+        size *= max(int(n), 1)
+    return size
+
+
+def check_sizes(value: Any) -> None:
+    """Raise :class:`TooLarge` if decoded ``value`` holds an array over :data:`MAX_ELEMENTS`,
+    more than :data:`MAX_TOTAL_ELEMENTS` in all, or more than :data:`MAX_ITEMS` values."""
+    todo, total, items = [value], 0, 0
+    while todo:
+        item = todo.pop()
+        items += 1
+        if items > MAX_ITEMS:
+            raise TooLarge(f"more than {MAX_ITEMS} values")
+        if isinstance(item, np.ndarray):
+            size = array_size(item.shape)
+            if size > MAX_ELEMENTS:
+                raise TooLarge(f"an array of shape {item.shape}")
+            total += size
+            if total > MAX_TOTAL_ELEMENTS:
+                raise TooLarge(f"arrays of more than {MAX_TOTAL_ELEMENTS} elements in all")
+        elif isinstance(item, (list, tuple)):
+            todo.extend(item)
+        elif isinstance(item, dict):
+            todo.extend(item.values())
 
 
 def encode(value: Any) -> bytes:

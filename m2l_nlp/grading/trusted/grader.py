@@ -16,18 +16,27 @@
    resources bounded. The checks run here and ask the reference's process for its answers;
    the worker only computes the student's outputs for the inputs it is sent, as plain data.
 4. Every request to a worker has a deadline; an exercise that runs past its limit is stopped
-   (its worker killed) and the next one gets a fresh worker. Whatever a submission does, its
-   processes (and only those: this process adopts orphans, :func:`remote.become_subreaper`)
-   are killed after it, and its ``results.json`` is written, its own in a batch.
+   (its worker killed) and the next one gets a fresh worker. A submission has one time budget
+   and one memory budget for all its processes together (``grading.toml``), and each of its
+   processes starts with its limits already set (:mod:`.limits`). Whatever a submission does,
+   its processes (and only those: this process adopts orphans, :func:`remote.become_subreaper`),
+   files and IPC objects are gone before the next starts (:mod:`.cleanup`), and its
+   ``results.json`` is written, its own in a batch.
+5. Whatever a student wrote is made safe before it is printed or logged (:func:`safe_text`).
+   A batch is graded only from folders that the student's user cannot open, and no folder
+   is named on the grader's command line (:func:`main` re-runs itself with the list in a
+   root-only file).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
+import re
 import secrets
-import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -50,8 +59,24 @@ from m2l_nlp.grading.checks.runner import (
 )
 from m2l_nlp.grading.checks.settings import SettingsError
 from m2l_nlp.grading.checks.tools import seeded
+from m2l_nlp.grading.trusted.cleanup import (
+    Cleaned,
+    remove_files_of,
+    remove_ipc_of,
+    remove_path,
+    writable_folders,
+)
+from m2l_nlp.grading.trusted.limits import (
+    REFERENCE_OOM_SCORE,
+    STUDENT_LIMITS,
+    STUDENT_OOM_SCORE,
+    MemoryWatch,
+    TimeBudget,
+    set_oom_score,
+)
 from m2l_nlp.grading.trusted.recording import record
 from m2l_nlp.grading.trusted.remote import (
+    OutOfTime,
     RemoteNamespace,
     Worker,
     WorkerGone,
@@ -60,18 +85,52 @@ from m2l_nlp.grading.trusted.remote import (
     WorkerUnavailable,
     become_subreaper,
     check_workers_start,
+    descendants,
     kill_descendants,
     reap_orphans,
-    remove_files_of,
+    signal_descendants,
     unprivileged_user,
 )
 from m2l_nlp.grading.trusted.submission import Found, SubmissionError, find_practicals
-from m2l_nlp.grading.trusted.worker import LIMITS_ENV
 from m2l_nlp.impl import repo_root
 
 MIN_LIMIT_S = 10.0
 LOAD_LIMIT_S = 60.0  # importing a practical file (JAX included)
 MESSAGE_CHARS = 2000
+LOG_CHARS = 20_000  # one line of the log (a traceback of student code, say)
+JOBS_FLAG = "--jobs-file"
+
+# Printed as escapes: C0 and C1 controls but newline and tab (terminal escapes, carriage
+# returns that overwrite a line), lone surrogates (print would raise) and the invisible
+# format characters that reorder or hide text.
+_UNSAFE = re.compile(
+    "[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]"
+)
+
+
+def safe_text(text: object, limit: int = MESSAGE_CHARS) -> str:
+    """``text`` as it may be printed or logged: unsafe characters escaped (``\\x1b``), at
+    most ``limit`` characters (a note says how many more there were)."""
+    try:
+        text = text if isinstance(text, str) else str(text)
+    except Exception:  # noqa: BLE001 - a student's __str__
+        return "(a message that could not be shown)"
+    more = len(text) - limit
+    text = _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text[:limit])
+    return text + (f" [... {more} more characters]" if more > 0 else "")
+
+
+def safe_log(log: Callable[[str], None]) -> Callable[[str], None]:
+    """``log`` that escapes what it prints and never raises: a logging failure costs
+    nothing."""
+
+    def write(text: object) -> None:
+        try:
+            log(safe_text(text, LOG_CHARS))
+        except Exception:  # noqa: BLE001 - a closed or full stdout, say
+            pass
+
+    return write
 
 
 class GraderBroken(Exception):
@@ -86,12 +145,27 @@ def _start(
     folder: Path,
     practical: str,
     user: tuple[int, int] | None,
-    home: Path,
+    home: Path | None = None,
     env: dict[str, str] | None = None,
+    budget: TimeBudget | None = None,
 ) -> Worker:
     """A worker with ``folder/<practical>.py`` imported (raises what the import raised);
-    ``env``: more of its environment variables."""
-    worker = Worker(folder, user, env={"HOME": str(home), **(env or {})})
+    ``env``: more of its environment variables. ``home``: its HOME (the reference's); a
+    student's worker (``home`` None) gets a fresh empty one, and its limits before its
+    interpreter starts, so that nothing an earlier worker planted runs first."""
+    student = home is None
+    if student:
+        home = Path(tempfile.mkdtemp(prefix="home-", dir=folder))  # removed with the folder
+        if user is not None:
+            os.chown(home, *user)
+    worker = Worker(
+        folder,
+        user,
+        env={"HOME": str(home), **(env or {})},
+        limits=STUDENT_LIMITS if student else None,
+        oom_score=STUDENT_OOM_SCORE if student else None,
+        budget=budget,
+    )
     worker.limit, worker.deadline = LOAD_LIMIT_S, time.monotonic() + LOAD_LIMIT_S
     try:
         worker.request({"op": "load", "path": str(folder / f"{practical}.py"), "name": practical})
@@ -143,10 +217,12 @@ def _own_words(
 ) -> str:
     """A message as the student should read it: their file by its name, not our folder (a
     notebook's definitions by the notebook's name), advice for a submission, not for pytest."""
-    text = str(message).replace(f"{folder}/", "").replace("run pytest again", "submit again")
+    text = safe_text(message, 4 * MESSAGE_CHARS)
+    text = text.replace(f"{folder}/", "").replace("run pytest again", "submit again")
     if found is not None and (found.name or "").endswith(".ipynb"):
-        text = text.replace(f"{practical}.py", f"{practical}.py (the definitions of {found.name})")
-    return text[:MESSAGE_CHARS]
+        name = safe_text(found.name, 200)
+        text = text.replace(f"{practical}.py", f"{practical}.py (the definitions of {name})")
+    return safe_text(text)
 
 
 def _all_results(exercises: list[Exercise], status: str, message: str) -> list[ExerciseResult]:
@@ -154,6 +230,24 @@ def _all_results(exercises: list[Exercise], status: str, message: str) -> list[E
         ExerciseResult(ex, [CheckResult(ex.name, c.name, status, message) for c in ex.checks])
         for ex in exercises
     ]
+
+
+def _memory_message(watch: MemoryWatch | None) -> str | None:
+    """What to say when the memory watch stopped the student's processes (else None)."""
+    tripped = watch.reset() if watch is not None else None
+    if tripped is None:
+        return None
+    return (
+        f"your code's processes held {tripped / 2**20:.0f} MB together, over the "
+        f"{watch.budget / 2**20:.0f} MB one submission may use: they were stopped"
+    )
+
+
+def _out_of_time_message(budget: TimeBudget) -> str:
+    return (
+        f"not run: the whole submission's time ({budget.seconds:.0f} s, imports included) "
+        "ran out; look for an endless loop or a slow import"
+    )
 
 
 def _stopped_message(limit: float) -> str:
@@ -170,9 +264,12 @@ def grade_practical(
     user: tuple[int, int] | None,
     reference: RemoteNamespace,
     limits: dict[str, float],
+    budget: TimeBudget | None = None,
+    watch: MemoryWatch | None = None,
 ) -> list[ExerciseResult]:
     """Grade one practical of the submission (its file already in ``folder``). The time the
-    reference's process takes to answer does not count against the student's limit."""
+    reference's process takes to answer does not count against the student's limit, nor
+    against the submission's ``budget``."""
     exercises = [ex for ex in load_exercises().values() if ex.practical == practical]
     if found.text is None:
         message = found.problem or (
@@ -180,19 +277,19 @@ def grade_practical(
         )
         return _all_results(exercises, "error" if found.problem else "not started", message)
     path = folder / f"{practical}.py"
-    home = Path(tempfile.mkdtemp(prefix="home-", dir=folder))  # removed with the folder
-    if user is not None:
-        os.chown(home, *user)
-    limited = {LIMITS_ENV: "1"}
     try:
-        worker: Worker | None = _start(folder, practical, user, home, limited)
+        worker: Worker | None = _start(folder, practical, user, budget=budget)
     except CheckFailure as err:  # the file does not import: said once, for every exercise
         return _all_results(exercises, "error", _own_words(err, folder, practical, found))
+    except OutOfTime:
+        return _all_results(exercises, "failed", _out_of_time_message(budget))
     except WorkerStopped:
         message = f"importing {practical}.py took more than {LOAD_LIMIT_S:g} s"
         return _all_results(exercises, "error", message)
     except WorkerLost as lost:
-        message = f"the process importing {practical}.py ended ({lost}): does it exit or crash?"
+        message = _memory_message(watch) or (
+            f"the process importing {practical}.py ended ({lost}): does it exit or crash?"
+        )
         return _all_results(exercises, "error", message)
     results = []
     for ex in exercises:
@@ -202,13 +299,15 @@ def grade_practical(
         deadline = time.monotonic() + limit
         stopped = ""
         for chk in ex.checks:
+            if not stopped and budget is not None and budget.left() <= 0:
+                stopped = _out_of_time_message(budget)
             if stopped:
                 checks.append(CheckResult(ex.name, chk.name, "failed", stopped))
                 continue
             err: BaseException | None = None
             try:
                 if worker is None:
-                    worker = _start(folder, practical, user, home, limited)
+                    worker = _start(folder, practical, user, budget=budget)
                 worker.limit, worker.deadline = limit, deadline
                 reference.worker.pauses = worker
                 run_check(ex, chk, RemoteNamespace(worker), reference, [])
@@ -216,13 +315,18 @@ def grade_practical(
                 if reference.worker.gone is not None:
                     raise  # the reference's own process: no verdict on the student's code
                 worker = None
-                if isinstance(gone, WorkerStopped):
+                if isinstance(gone, OutOfTime):
+                    stopped = _out_of_time_message(budget)
+                    checks.append(CheckResult(ex.name, chk.name, "failed", stopped))
+                elif isinstance(gone, WorkerStopped):
                     checks.append(CheckResult(ex.name, chk.name, "failed", _stopped_message(limit)))
                     stopped = "not run: an earlier check of this exercise was stopped"
+                elif isinstance(gone, CheckFailure):  # pragma: no cover - never both
+                    raise
                 else:
-                    message = (
-                        f"the process running your code ended ({gone}): does it call sys.exit() "
-                        "or os._exit(), or crash?"
+                    message = _memory_message(watch) or (
+                        f"the process running your code ended ({gone}): does it call "
+                        "sys.exit() or os._exit(), or crash?"
                     )
                     checks.append(CheckResult(ex.name, chk.name, "failed", message))
                 continue
@@ -241,6 +345,12 @@ def grade_practical(
     return results
 
 
+def submission_seconds(settings_limit: float, limits: dict[str, float], practicals: int) -> float:
+    """One submission's whole time: what the reference's times allow (each exercise's limit
+    and one import allowance per practical), at most ``settings_limit``."""
+    return min(settings_limit, sum(limits.values()) + practicals * LOAD_LIMIT_S)
+
+
 def _grade_submission(
     submission: Path,
     folder: Path,
@@ -248,26 +358,31 @@ def _grade_submission(
     user: tuple[int, int] | None,
     references: dict[str, tuple[RemoteNamespace, dict[str, float]]],
     log: Callable[[str], None],
+    budget: TimeBudget | None = None,
+    watch: MemoryWatch | None = None,
 ) -> tuple[list[ExerciseResult], list[str]]:
     """The results of one submission (in the current grading seed) and what to say first."""
     exercises = load_exercises()
     try:
         found = find_practicals(submission, practicals)
     except SubmissionError as err:
-        message = f"error: {err}"
+        message = f"error: {safe_text(err)}"
         return _all_results(list(exercises.values()), "error", message), [message]
     notes = []
     for practical, item in found.items():
         if item.text is not None:
-            (folder / f"{practical}.py").write_text(item.text, encoding="utf-8")
-            os.chmod(folder / f"{practical}.py", 0o644)
-            notes.append(f"{practical}: graded {item.name}")
-        notes += [f"{practical}: {note}" for note in item.notes]  # a problem: in its tests
+            _write_practical(folder / f"{practical}.py", item.text)
+            notes.append(f"{practical}: graded {safe_text(item.name, 200)}")
+        notes += [
+            f"{practical}: {safe_text(note)}" for note in item.notes
+        ]  # a problem: in its tests
     results: list[ExerciseResult] = []
     for practical in practicals:
         reference, limits = references[practical]
         try:
-            results += grade_practical(practical, found[practical], folder, user, reference, limits)
+            results += grade_practical(
+                practical, found[practical], folder, user, reference, limits, budget, watch
+            )
         except WorkerGone as gone:  # the reference's own process: nothing to blame the student
             raise GraderBroken(f"the reference's process ended ({gone})") from None
         except Exception as err:  # noqa: BLE001 - one practical's loss, never the other's
@@ -278,10 +393,124 @@ def _grade_submission(
     return results, notes
 
 
+def _write_practical(path: Path, text: str) -> None:
+    """The student's file, readable by the student's user (never a surrogate: escaped)."""
+    path.write_text(text, encoding="utf-8", errors="surrogateescape")
+    os.chmod(path, 0o644)
+
+
 def _failed(output: str, seed: int | None = None) -> dict[str, Any]:
     data: dict[str, Any] = {"score": 0, "output": output[:MESSAGE_CHARS], "tests": []}
     if seed is not None:
         data["extra_data"] = {"seed": seed}
+    return data
+
+
+class _Batch:
+    """What every submission of one grading shares: the references, the settings, the
+    student's user, the folders to clean, the memory watch, and the log."""
+
+    def __init__(self, root: Path, scratch: Path, log: Callable[[str], None]):
+        self.root, self.scratch, self.log = root, scratch, log
+        self.references: dict[str, tuple[RemoteNamespace, dict[str, float]]] = {}
+        self.settings: Any = None
+        self.practicals: list[str] = []
+        self.user: tuple[int, int] | None = None
+        self.shared: list[str] = []
+        self.watch: MemoryWatch | None = None
+
+    def keep(self) -> set[int]:
+        """The reference's processes: never a submission's to count or kill."""
+        return {ref.worker.process.pid for ref, _ in self.references.values()}
+
+    def check_reference(self, practical: str) -> None:
+        """Run (or, if its process has ended, run again) the reference's pass."""
+        reference = self.references.get(practical)
+        if reference is not None and reference[0].worker.gone is None:
+            return
+        start = time.monotonic()
+        remote, limits = reference_pass(
+            practical, self.root, self.scratch, self.settings.time_limit_factor
+        )
+        self.references[practical] = remote, limits
+        took = time.monotonic() - start
+        self.log(f"{practical}: the reference passed every check in {took:.1f} s")
+        problem = set_oom_score(remote.worker.process.pid, REFERENCE_OOM_SCORE)
+        if problem:
+            self.log(f"note: the reference's OOM score is left as it is: {problem}")
+
+    def clean(self, started: float, folder: Path) -> None:
+        """Everything a submission started or left goes; each step's errors are logged,
+        never raised."""
+        steps: list[tuple[str, Callable[[], Any]]] = [
+            ("processes", lambda: kill_descendants(self.keep())),
+            ("folder", lambda: remove_path(folder)),
+        ]
+        if self.user is not None:
+            uid = self.user[0]
+            steps += [
+                ("files", lambda: remove_files_of(uid, started, self.shared)),
+                ("IPC objects", lambda: remove_ipc_of(uid)),
+            ]
+        for what, step in steps:
+            try:
+                done = step()
+            except Exception as err:  # noqa: BLE001 - logged; the next submission goes on
+                self.log(f"cleanup ({what}) failed: {err!r}")
+                continue
+            if isinstance(done, Cleaned) and done.left:
+                self.log(f"cleanup ({what}): {len(done.left)} left, e.g. {done.left[0]}")
+
+
+def _grade_one(batch: _Batch, number: int, submission: Path, seed: int) -> dict[str, Any]:
+    """Grade one submission and return its results (always; anything it raised is its own
+    error), its processes, files and IPC objects gone."""
+    log = batch.log
+    started = time.time()
+    folder = batch.scratch / f"submission-{number}"
+    notes: list[str] = []
+    errors: list[str] = []
+    table = ""
+    try:
+        for practical in batch.practicals:
+            batch.check_reference(practical)
+        folder.mkdir(mode=0o755)
+        limits = {n: t for _, lim in batch.references.values() for n, t in lim.items()}
+        seconds = submission_seconds(
+            batch.settings.submission_time_limit, limits, len(batch.practicals)
+        )
+        budget = TimeBudget(seconds)
+        with seeded(seed):
+            results, notes = _grade_submission(
+                submission,
+                folder,
+                batch.practicals,
+                batch.user,
+                batch.references,
+                log,
+                budget,
+                batch.watch,
+            )
+        blame_earlier(results)
+        failed_imports = (c.message for r in results for c in r.checks if c.status == "error")
+        errors = list(dict.fromkeys(failed_imports))
+        data = results_json(results, [*notes, *errors], batch.settings)
+        data["extra_data"] = {"seed": seed}
+        table = score_table(results, len(load_exercises()))
+    except (Exception, WorkerGone) as err:  # noqa: BLE001 - this submission's loss only
+        log("".join(traceback.format_exception(err)))
+        data = _failed(
+            f"The autograder could not grade this submission ({type(err).__name__}); "
+            "your instructor has the details",
+            seed,
+        )
+        notes, errors, table = [], [], ""
+    finally:  # nothing the student started or wrote outlives the grading
+        batch.clean(started, folder)
+    for text in [*notes, *errors]:
+        log(text)
+    if table:
+        log(table)
     return data
 
 
@@ -297,88 +526,108 @@ def grade(
     otherwise). Raises :class:`GraderBroken` or :class:`WorkerUnavailable` (each results file
     written, saying so) when no submission can be graded on this machine."""
     root = root or repo_root()
+    log = safe_log(log)
     become_subreaper()
     scratch = Path(tempfile.mkdtemp(prefix="m2l-grading-"))
     os.chmod(scratch, 0o755)
-    references: dict[str, tuple[RemoteNamespace, dict[str, float]]] = {}
+    batch = _Batch(root, scratch, log)
     written = []
     cleanup = contextlib.ExitStack()  # the hidden checks stay registered while grading only
     try:
         try:
             try:
                 cleanup.enter_context(hidden_checks(root))
-                settings = read_settings(root)
+                batch.settings = read_settings(root)
             except SettingsError as err:
                 raise GraderBroken(str(err)) from None
             except Exception as err:  # noqa: BLE001 - the hidden checks' own import
                 raise GraderBroken(f"the hidden checks do not import: {err!r}") from None
-            exercises = load_exercises()
-            practicals = _practicals(exercises)
-            user = unprivileged_user()
-            if user is not None:  # said at once, not after the reference's checks
-                check_workers_start(scratch, user, LOAD_LIMIT_S)
-            for practical in practicals:
-                start = time.monotonic()
-                references[practical] = reference_pass(
-                    practical, root, scratch, settings.time_limit_factor
-                )
-                took = time.monotonic() - start
-                log(f"{practical}: the reference passed every check in {took:.1f} s")
+            batch.practicals = _practicals(load_exercises())
+            batch.user = unprivileged_user()
+            if batch.user is not None:  # said at once, not after the reference's checks
+                check_workers_start(scratch, batch.user, LOAD_LIMIT_S)
+                batch.shared = writable_folders(*batch.user)
+            for practical in batch.practicals:
+                batch.check_reference(practical)
         except (GraderBroken, WorkerUnavailable) as err:
             for _, results_path in jobs:  # each student reads why; the instructor, main()'s line
                 write_json_atomic(results_path, _failed(f"The autograder could not grade: {err}"))
             raise
-        keep = {ref.worker.process.pid for ref, _ in references.values()}
-        for number, (submission, results_path) in enumerate(jobs):
-            this_seed = seed if seed is not None else secrets.randbits(62) + 1
-            started = time.time()
-            folder = scratch / f"submission-{number}"
-            folder.mkdir(mode=0o755)
-            if len(jobs) > 1:
-                log(f"== {submission}")
-            log(f"grading seed {this_seed} (python -m m2l_nlp.grading.trusted --seed {this_seed})")
-            try:
-                with seeded(this_seed):
-                    results, notes = _grade_submission(
-                        submission, folder, practicals, user, references, log
-                    )
-                blame_earlier(results)
-                failed_imports = (
-                    c.message for r in results for c in r.checks if c.status == "error"
-                )
-                errors = list(dict.fromkeys(failed_imports))
-                data = results_json(results, [*notes, *errors], settings)
-                data["extra_data"] = {"seed": this_seed}
-                table = score_table(results, len(exercises))
-            except Exception as err:  # noqa: BLE001 - this submission's loss only
-                log("".join(traceback.format_exception(err)))
-                data = _failed(
-                    f"The autograder could not grade this submission ({type(err).__name__}); "
-                    "your instructor has the details",
-                    this_seed,
-                )
-                notes, errors, table = [], [], ""
-            finally:  # nothing the student started or wrote outlives the grading
-                kill_descendants(keep)
-                if user is not None:
-                    remove_files_of(user[0], started)
-                shutil.rmtree(folder, ignore_errors=True)
-            try:
-                write_json_atomic(results_path, data)
-            except OSError as err:  # e.g. a full disk: the next submission may still fit
-                log(f"error: could not write {results_path}: {err}")
-            written.append(data)
-            for text in [*notes, *errors]:
-                log(text)
-            if table:
-                log(table)
+        budget = int(batch.settings.memory_budget_mb * 2**20)
+        batch.watch = MemoryWatch(
+            budget,
+            pids=lambda: descendants(batch.keep()),
+            kill=lambda: signal_descendants(batch.keep()),
+        )
+        with batch.watch:
+            for number, (submission, results_path) in enumerate(jobs):
+                this_seed = seed if seed is not None else secrets.randbits(62) + 1
+                if len(jobs) > 1:
+                    log(f"== submission {number + 1} of {len(jobs)}: {results_path}")
+                again = f"python -m m2l_nlp.grading.trusted --seed {this_seed}"
+                log(f"grading seed {this_seed} ({again})")
+                batch.watch.reset()
+                data = _grade_one(batch, number, submission, this_seed)
+                try:
+                    write_json_atomic(results_path, data)
+                except OSError as err:  # e.g. a full disk: the next submission may still fit
+                    log(f"error: could not write {results_path}: {err}")
+                written.append(data)
+        log(f"memory of the submissions' processes at most {batch.watch.peak / 2**20:.0f} MB")
     finally:
-        for ref, _ in references.values():
+        for ref, _ in batch.references.values():
             ref.worker.kill()
         kill_descendants()
-        shutil.rmtree(scratch, ignore_errors=True)
+        remove_path(scratch)
         cleanup.close()
     return written
+
+
+_CAN_OPEN = (
+    "import json, os, sys\n"
+    "paths = json.load(sys.stdin)\n"
+    "print(json.dumps([p for p in paths if os.access(p, os.R_OK) or os.access(p, os.X_OK)]))\n"
+)
+
+
+def readable_by(user: tuple[int, int], paths: Sequence[Path]) -> list[str]:
+    """Those of ``paths`` that ``user`` can open (asked as that user)."""
+    done = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", _CAN_OPEN],
+        input=json.dumps([os.path.abspath(p) for p in paths]),
+        capture_output=True,
+        text=True,
+        user=user[0],
+        group=user[1],
+        extra_groups=[],
+        cwd="/",
+        timeout=60,
+    )
+    if done.returncode != 0:
+        return [str(p) for p in paths]  # cannot tell: as if it could
+    return json.loads(done.stdout)
+
+
+def _hide_jobs(pairs: list[str], seed: int | None) -> None:
+    """Run this grader again with ``pairs`` in a root-only file instead of its command line,
+    which every user can read in /proc: a student's code must not learn where its
+    classmates' folders are. Does not return."""
+    fd, path = tempfile.mkstemp(prefix="m2l-jobs-", suffix=".json")  # mode 0600
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        json.dump({"pairs": pairs, "seed": seed}, handle)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execv(sys.executable, [sys.executable, "-m", "m2l_nlp.grading.trusted", JOBS_FLAG, path])
+
+
+def _read_jobs(path: str) -> tuple[list[str], int | None]:
+    try:
+        with open(path, encoding="utf-8") as handle:
+            data = json.load(handle)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+    return [str(p) for p in data["pairs"]], data["seed"]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -391,27 +640,45 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=int,
         help="the grading seed (as logged for a submission, to grade it again the same way)",
     )
+    parser.add_argument(JOBS_FLAG, help=argparse.SUPPRESS)
     parser.add_argument(
         "pairs",
-        nargs="+",
+        nargs="*",
         metavar="SUBMISSION RESULTS",
         help="a folder with the student's files, then where to write its results.json (more "
-        "pairs grade more submissions against one check of the reference)",
+        "pairs grade more submissions against one check of the reference; their folders "
+        "must be ones that only root can open)",
     )
+    from_command_line = argv is None
     args = parser.parse_args(argv)
-    if len(args.pairs) % 2:
+    pairs, seed = _read_jobs(args.jobs_file) if args.jobs_file else (args.pairs, args.seed)
+    if not pairs or len(pairs) % 2:
         parser.error("give a results path after each submission folder")
-    jobs = [(Path(s), Path(r)) for s, r in zip(args.pairs[::2], args.pairs[1::2], strict=True)]
+    jobs = [(Path(s), Path(r)) for s, r in zip(pairs[::2], pairs[1::2], strict=True)]
     for submission, _ in jobs:
         if not os.path.lexists(submission):  # a link or a file is the submission's problem
-            print(f"error: {submission} does not exist", file=sys.stderr)
+            print(f"error: {safe_text(submission)} does not exist", file=sys.stderr)
             return 2
-    if args.seed is not None and args.seed <= 0:
+    if seed is not None and seed <= 0:
         parser.error("--seed: give a positive number (0 is the local checks' seed)")
     try:
-        grade(jobs, seed=args.seed)
+        if len(jobs) > 1 and not args.jobs_file:
+            user = unprivileged_user()
+            can_open = readable_by(user, [s for s, _ in jobs]) if user is not None else []
+            if can_open:
+                print(
+                    f"error: the student's user can open {safe_text(can_open[0])}"
+                    + (f" and {len(can_open) - 1} more" if len(can_open) > 1 else "")
+                    + ": a batch is graded from submission folders only root can open "
+                    "(chmod 700 the folder that holds them)",
+                    file=sys.stderr,
+                )
+                return 2
+            if from_command_line:
+                _hide_jobs(pairs, seed)
+        grade(jobs, seed=seed)
     except (GraderBroken, WorkerUnavailable) as err:
-        print(f"error: {err}", file=sys.stderr)
+        print(f"error: {safe_text(err)}", file=sys.stderr)
         return 1
     return 0
 

@@ -16,7 +16,6 @@ import os
 import pwd
 import select
 import signal
-import stat
 import subprocess
 import sys
 import time
@@ -31,6 +30,7 @@ from m2l_nlp.grading.checks import wire
 from m2l_nlp.grading.checks.registry import CheckFailure
 from m2l_nlp.grading.checks.runner import StudentError
 from m2l_nlp.grading.checks.tools import BuildSpec, Elsewhere, ElsewhereFunction
+from m2l_nlp.grading.trusted.limits import TimeBudget, launch_command
 
 USER_ENV = "M2L_GRADER_USER"  # who runs student code when the grader is root
 DEFAULT_USERS = ("m2l-student", "nobody")  # setup.sh creates the first where it can
@@ -48,6 +48,10 @@ class WorkerStopped(WorkerGone):
 
 class WorkerLost(WorkerGone):
     """The process running the student's code ended (``sys.exit``, a crash, killed...)."""
+
+
+class OutOfTime(WorkerStopped):
+    """The submission's whole time (:class:`~.limits.TimeBudget`) ran out."""
 
 
 class WorkerUnavailable(Exception):
@@ -126,56 +130,14 @@ def reap_orphans(keep: set[int]) -> None:
             pass
 
 
-SHARED_FOLDERS = ("/tmp", "/var/tmp", "/dev/shm")  # where any user may write
-
-
-def remove_files_of(uid: int, since: float, folders: tuple[str, ...] = SHARED_FOLDERS) -> int:
-    """Remove what user ``uid`` made in the shared folders since ``since`` (a time.time()),
-    after its processes are gone: in a batch, a submission's files (on disk or, in /dev/shm,
-    in memory) must neither fill the machine nor be read by the next. Only the folders' own
-    entries are looked at, and the inside of those the user made (other users' trees, a
-    checkout's virtual environments say, are never walked); through folder descriptors,
-    never following a link. Returns how many entries were removed."""
-    removed = 0
-    for top in folders:
+def signal_descendants(keep: set[int] = frozenset()) -> None:
+    """SIGKILL every process below this one but ``keep`` (and theirs), without reaping them
+    (safe from another thread: the main thread reaps)."""
+    for pid in descendants(keep):
         try:
-            top_fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-        except OSError:
-            continue
-        try:
-            for entry in os.scandir(top_fd):
-                removed += _remove_own(entry.name, top_fd, uid, since)
-        finally:
-            os.close(top_fd)
-    return removed
-
-
-def _remove_own(name: str, parent: int, uid: int, since: float) -> int:
-    """Remove ``name`` under the folder descriptor ``parent`` if ``uid`` made it since
-    ``since``, a folder with what it holds of ``uid``'s; returns how many entries went."""
-    try:
-        st = os.stat(name, dir_fd=parent, follow_symlinks=False)
-    except OSError:
-        return 0
-    if st.st_uid != uid or st.st_ctime < since:
-        return 0
-    removed = 0
-    if stat.S_ISDIR(st.st_mode):
-        try:
-            fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
-        except OSError:
-            return 0
-        try:
-            for entry in list(os.scandir(fd)):
-                removed += _remove_own(entry.name, fd, uid, 0.0)  # inside: all of the user's
-        finally:
-            os.close(fd)
-    try:
-        (os.rmdir if stat.S_ISDIR(st.st_mode) else os.unlink)(name, dir_fd=parent)
-        removed += 1
-    except OSError:  # a folder that still holds others' files
-        pass
-    return removed
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
 
 def kill_descendants(keep: set[int] = frozenset(), rounds: int = 200) -> int:
@@ -233,6 +195,9 @@ class Worker:
         user: ``(uid, gid)`` to run as, or None for the grader's own user.
         env: extra environment variables (the rest is a small fixed set).
         log: where its stdout and stderr go (never into the results).
+        limits: resource limits set before its interpreter starts (student code's).
+        oom_score: its OOM score adjustment, set likewise.
+        budget: the submission's time, which caps every deadline of this worker.
     """
 
     def __init__(
@@ -241,6 +206,9 @@ class Worker:
         user: tuple[int, int] | None,
         env: dict[str, str] | None = None,
         log: IO[bytes] | int = subprocess.DEVNULL,
+        limits: dict[str, int] | None = None,
+        oom_score: int | None = None,
+        budget: TimeBudget | None = None,
     ):
         to_worker_r, self._to_worker = os.pipe()
         self._from_worker, from_worker_w = os.pipe()
@@ -248,7 +216,6 @@ class Worker:
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "HOME": str(cwd),
             "LANG": "C.UTF-8",
-            "PYTHONDONTWRITEBYTECODE": "1",
             "JAX_PLATFORMS": os.environ.get("JAX_PLATFORMS", "cpu"),
             # the reference and the student compile alike, as quickly as the graded tests do
             "XLA_FLAGS": checking_xla_flags(os.environ.get("XLA_FLAGS", "")),
@@ -257,8 +224,16 @@ class Worker:
         extra: dict[str, Any] = {}
         if user is not None:
             extra = {"user": user[0], "group": user[1], "extra_groups": []}
+        command = launch_command(
+            "m2l_nlp.grading.trusted.worker",
+            [str(to_worker_r), str(from_worker_w)],
+            limits,
+            oom_score,
+        )
         try:
-            self.process = self._spawn(extra, to_worker_r, from_worker_w, log, cwd, environ)
+            self.process = self._spawn(
+                command, extra, to_worker_r, from_worker_w, log, cwd, environ
+            )
         finally:
             os.close(to_worker_r)
             os.close(from_worker_w)
@@ -266,20 +241,15 @@ class Worker:
         os.set_blocking(self._from_worker, False)
         self.deadline: float | None = None
         self.limit = 0.0
+        self.budget = budget
         self.gone: WorkerGone | None = None  # set once the worker is killed or ended
         self.pauses: Worker | None = None  # a worker whose deadline waits while this one works
 
     @staticmethod
-    def _spawn(extra, to_worker_r, from_worker_w, log, cwd, environ) -> subprocess.Popen:
+    def _spawn(command, extra, to_worker_r, from_worker_w, log, cwd, environ) -> subprocess.Popen:
         try:
             return subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "m2l_nlp.grading.trusted.worker",
-                    str(to_worker_r),
-                    str(from_worker_w),
-                ],
+                command,
                 pass_fds=(to_worker_r, from_worker_w),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
@@ -298,6 +268,10 @@ class Worker:
     def _timeout(self) -> float:
         """Seconds left before the deadline; past it, the worker is killed."""
         left = self.deadline - time.monotonic()
+        if self.budget is not None and self.budget.left() < left:
+            left = self.budget.left()
+            if left <= 0:
+                self._end(OutOfTime(f"the submission's time ({self.budget.seconds:g} s) ran out"))
         if left <= 0:
             self._end(WorkerStopped(f"stopped after {self.limit:g} s"))
         return left
@@ -364,6 +338,11 @@ class Worker:
                 self._end(WorkerLost(f"it sent a reply of {size} bytes, over the limit"))
             reply = wire.decode(self._read(size))
             self._timeout()
+            wire.check_sizes(reply)
+        except wire.TooLarge as err:  # well-formed, but more than any check asks for
+            raise CheckFailure(
+                f"your code returned {err}: far more than the check asked for"
+            ) from None
         except wire.WireError as err:
             self._end(WorkerLost(f"it sent a malformed reply ({err})"))
         finally:
@@ -372,6 +351,8 @@ class Worker:
                 self.deadline = None
             if self.pauses is not None and self.pauses.deadline is not None:
                 self.pauses.deadline += took
+            if self.pauses is not None and self.pauses.budget is not None:
+                self.pauses.budget.pause(took)
         if not isinstance(reply, dict) or not ({"ok", "error"} & set(reply)):
             self._end(WorkerLost("it sent a malformed reply"))
         if "error" in reply:

@@ -1,7 +1,8 @@
 """The process that runs a student's code for the trusted grader (never imports the reference).
 
 Started by :class:`m2l_nlp.grading.trusted.remote.Worker` as
-``python -m m2l_nlp.grading.trusted.worker IN_FD OUT_FD``: it reads requests (plain data, see
+``python -I -B -m m2l_nlp.grading.trusted.worker IN_FD OUT_FD``, its limits already set
+(:mod:`~m2l_nlp.grading.trusted.limits`): it reads requests (plain data, see
 :mod:`m2l_nlp.grading.checks.wire`) from ``IN_FD`` and writes one reply per request to ``OUT_FD``.
 A request loads the student's file, returns a function's source, calls a function, or runs
 a named build (:class:`~m2l_nlp.grading.checks.tools.BuildSpec`) through haiku. The reply is the
@@ -14,33 +15,11 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import os
-import resource
 import sys
 import traceback
 from typing import Any
 
 from m2l_nlp.grading.checks import wire
-
-LIMITS_ENV = "M2L_WORKER_LIMITS"  # set for student code: bound it before anything runs
-# What one worker and everything it starts may take: address space (JAX on the CPU runs in
-# well under 2 GiB), processes and threads of its user, bytes in one file, no core files.
-MEMORY_BYTES = 4 << 30
-PROCESSES = 512
-FILE_BYTES = 64 << 20
-
-
-def limit_resources() -> None:
-    """Lower this process's limits, hard ones included, so that student code cannot raise
-    them again (its children inherit them)."""
-    for what, value in (
-        (resource.RLIMIT_AS, MEMORY_BYTES),
-        (resource.RLIMIT_NPROC, PROCESSES),
-        (resource.RLIMIT_FSIZE, FILE_BYTES),
-        (resource.RLIMIT_CORE, 0),
-    ):
-        _, hard = resource.getrlimit(what)
-        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
-        resource.setrlimit(what, (value, value))
 
 
 def describe(err: BaseException) -> dict[str, Any]:
@@ -72,6 +51,11 @@ class Server:
     def load(self, path: str, name: str) -> None:
         from m2l_nlp.grading.checks.runner import import_error_message
 
+        # Started isolated (no current folder on the path): a practical that imports another
+        # (practical 3 imports practical 2) finds it beside itself, once the limits are set.
+        folder = os.path.dirname(os.path.abspath(path))
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
         spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[name] = module
@@ -124,8 +108,6 @@ class ImportFailed(Exception):
 
 def main(argv: list[str]) -> int:
     fd_in, fd_out = int(argv[0]), int(argv[1])
-    if os.environ.get(LIMITS_ENV):
-        limit_resources()
     import jax
 
     from m2l_nlp.devices import on_checking_device

@@ -1,0 +1,142 @@
+"""What a submission may take: each student process's limits, set before its interpreter
+starts; one memory budget for all of a submission's processes together; one time budget.
+
+Student code never runs before its limits are set: a worker is started through a launcher
+(``python -I -S -c``, the standard library only) that lowers its resource limits and raises its
+OOM score, then ``exec``s the worker in isolated mode (no user site, no ``PYTHON*`` variables,
+no current folder on the path), so a ``usercustomize.py`` or ``.pth`` file that an earlier
+worker planted is never read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import sys
+import threading
+import time
+from collections.abc import Sequence
+
+# One student process's limits: address space (JAX on the CPU runs in well under 2 GiB),
+# processes and threads of its user, bytes in one file, no core files.
+STUDENT_LIMITS = {
+    "RLIMIT_AS": 4 << 30,
+    "RLIMIT_NPROC": 512,
+    "RLIMIT_FSIZE": 64 << 20,
+    "RLIMIT_CORE": 0,
+}
+STUDENT_OOM_SCORE = 1000  # the kernel's OOM killer takes student code first...
+REFERENCE_OOM_SCORE = -900  # ...and the reference's processes last (needs CAP_SYS_RESOURCE)
+
+_LAUNCHER = """\
+import json, os, resource, sys
+spec = json.loads(sys.argv[1])
+for name, value in spec["limits"].items():
+    what = getattr(resource, name)
+    hard = resource.getrlimit(what)[1]
+    value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+    resource.setrlimit(what, (value, value))
+if spec["oom"] is not None:
+    with open("/proc/self/oom_score_adj", "w") as handle:
+        handle.write(str(spec["oom"]))
+os.execv(sys.argv[2], sys.argv[2:])
+"""
+
+
+def launch_command(
+    module: str, args: Sequence[str], limits: dict[str, int] | None, oom_score: int | None
+) -> list[str]:
+    """The command that runs ``python -I -B -m module *args`` with ``limits`` (soft and hard,
+    so that the code cannot raise them again) and ``oom_score`` already set."""
+    spec = json.dumps({"limits": limits or {}, "oom": oom_score})
+    python = sys.executable
+    return [python, "-I", "-S", "-c", _LAUNCHER, spec, python, "-I", "-B", "-m", module, *args]
+
+
+def set_oom_score(pid: int, score: int) -> str | None:
+    """Set process ``pid``'s OOM score adjustment; None, or why it could not be set."""
+    try:
+        with open(f"/proc/{pid}/oom_score_adj", "w") as handle:
+            handle.write(str(score))
+    except OSError as err:
+        return f"{err.strerror} (lowering it needs CAP_SYS_RESOURCE)"
+    return None
+
+
+def current_limits() -> dict[str, tuple[int, int]]:
+    """This process's ``(soft, hard)`` limits of :data:`STUDENT_LIMITS`' kinds."""
+    return {name: resource.getrlimit(getattr(resource, name)) for name in STUDENT_LIMITS}
+
+
+class TimeBudget:
+    """One submission's time: its deadline moves on while the reference's process answers
+    (that time is not the student's), and every worker's deadline is capped by it."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.deadline = time.monotonic() + seconds
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def pause(self, took: float) -> None:
+        self.deadline += took
+
+
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def memory_of(pid: int) -> int:
+    """Bytes of memory process ``pid`` holds: its proportional share (PSS, where the kernel
+    says it), so that pages that forked children share with their parent count once."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup", "rb") as handle:
+            for line in handle:
+                if line.startswith(b"Pss:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as handle:
+            return int(handle.read().split()[1]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+class MemoryWatch:
+    """A thread that adds up the memory of a submission's processes (``pids()``) every
+    ``interval`` seconds and kills them all when they hold more than ``budget`` bytes
+    together: per-process limits cannot make a total. ``tripped``: the total that it
+    stopped, until :meth:`reset`."""
+
+    def __init__(self, budget: int, pids, kill, interval: float = 0.1):
+        self.budget, self._pids, self._kill, self.interval = budget, pids, kill, interval
+        self.tripped: int | None = None
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="memory-watch", daemon=True)
+
+    def __enter__(self) -> MemoryWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def reset(self) -> int | None:
+        tripped, self.tripped = self.tripped, None
+        return tripped
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                pids = self._pids()
+                total = sum(memory_of(pid) for pid in pids)
+                self.peak = max(self.peak, total)
+                if total > self.budget:
+                    self.tripped = total
+                    self._kill()
+            except Exception:  # noqa: BLE001 - a watch that dies would bound nothing
+                continue
