@@ -4,6 +4,8 @@ back into modules, and recorded reference answers. (End to end: test_autograder.
 from __future__ import annotations
 
 import json
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -500,3 +502,275 @@ def test_what_student_code_left_in_the_shared_folders_is_removed_and_nothing_els
     assert remove_files_of(os.getuid(), since, (str(shared),)).removed == 5
     assert sorted(p.name for p in shared.iterdir()) == ["old.txt"]
     assert Path("/etc/hostname").exists()
+
+
+# ------------------------------------------------------------------ bounds of a submission
+
+
+def test_a_worker_starts_isolated_with_its_limits_before_any_planted_file_runs(tmp_path):
+    """``PYTHONPATH``, ``PYTHONSTARTUP``, a ``sitecustomize.py``, a ``usercustomize.py`` and a
+    ``.pth`` file planted where the student's user can write never run in the worker: it
+    starts isolated, with its limits already set."""
+    from m2l_nlp.grading.trusted import limits as worker_limits
+
+    marker = tmp_path / "ran"
+    planted = (
+        "import pathlib, resource\n"
+        f"pathlib.Path({str(marker)!r}).write_text('planted code ran')\n"
+        "resource.setrlimit(resource.RLIMIT_AS, (-1, -1))\n"
+    )
+    home = tmp_path / "home"
+    site = home / ".local" / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}"
+    for folder in (tmp_path / "path", site / "site-packages"):
+        folder.mkdir(parents=True)
+        for name in ("sitecustomize.py", "usercustomize.py"):
+            (folder / name).write_text(planted)
+        (folder / "planted.pth").write_text(f"import os; open({str(marker)!r}, 'w')\n")
+    (tmp_path / "student" / "practical_x.py").parent.mkdir()
+    (tmp_path / "student" / "practical_x.py").write_text(STUDENT)
+    (tmp_path / "student" / "sitecustomize.py").write_text(planted)  # the working folder
+    env = {
+        "HOME": str(home),
+        "PYTHONPATH": str(tmp_path / "path"),
+        "PYTHONSTARTUP": str(tmp_path / "path" / "sitecustomize.py"),
+        "PYTHONUSERBASE": str(home / ".local"),
+    }
+    worker = _worker(tmp_path / "student", env, limits=worker_limits.STUDENT_LIMITS)
+    try:
+        memory, _ = RemoteNamespace(worker).limits(0)
+    finally:
+        worker.kill()
+    assert memory == (worker_limits.STUDENT_LIMITS["RLIMIT_AS"],) * 2
+    assert not marker.exists()
+
+
+def test_a_submission_out_of_time_is_stopped_whatever_each_deadline_says(student_file):
+    from m2l_nlp.grading.trusted.limits import TimeBudget
+    from m2l_nlp.grading.trusted.remote import OutOfTime
+
+    worker = _worker(student_file)
+    worker.budget = TimeBudget(1.0)  # the exercise's own deadline is a minute away
+    start = time.monotonic()
+    with pytest.raises(OutOfTime, match="time"):
+        RemoteNamespace(worker).hangs(0)
+    assert time.monotonic() - start < 10
+    assert worker.process.poll() is not None
+
+
+def test_the_reference_answering_does_not_count_against_the_submission_time():
+    from m2l_nlp.grading.trusted.limits import TimeBudget
+
+    budget = TimeBudget(5.0)
+    before = budget.deadline
+    budget.pause(2.5)
+    assert budget.deadline == before + 2.5 and budget.left() > 5.0
+
+
+def test_replies_are_bounded_in_shape_before_any_computation():
+    """Bytes do not bound shapes: a zero-size (2**30, 0) array is 0 bytes, and its mean over
+    the last axis 8 GiB."""
+    for fine in (np.zeros((30000, 1)), [np.zeros((1, 30000)), np.zeros((3, 0))], {"a": 1}):
+        wire.check_sizes(wire.decode(wire.encode(fine)))
+    for huge in (
+        np.zeros((2**30, 0)),
+        np.zeros((0, 2**23)),
+        [np.zeros((1 << 21,), np.int8)] * 5,  # under the limit each, over it together
+        list(range(wire.MAX_ITEMS + 1)),
+    ):
+        with pytest.raises(wire.TooLarge):
+            wire.check_sizes(wire.decode(wire.encode(huge)))
+
+
+def test_a_reply_of_a_huge_shape_fails_its_check_in_words(tmp_path):
+    (tmp_path / "practical_x.py").write_text(
+        "import numpy as np\n\ndef empty(x):\n    return np.zeros((2**30, 0), np.float32)\n"
+    )
+    worker = _worker(tmp_path)
+    try:
+        with pytest.raises(CheckFailure, match=r"shape \(1073741824, 0\)"):
+            RemoteNamespace(worker).empty(0)
+        assert RemoteNamespace(worker).source("empty")  # the worker goes on
+    finally:
+        worker.kill()
+
+
+def test_the_memory_watch_stops_processes_that_together_hold_too_much(tmp_path):
+    """Four processes of 60 MB each, under any one process's limit, over a 150 MB total."""
+    import subprocess
+    import sys
+
+    from m2l_nlp.grading.trusted.limits import MemoryWatch, memory_of
+
+    hog = "import time\nx = bytearray(60 << 20)\nprint(1, flush=True)\ntime.sleep(60)\n"
+    procs = [
+        subprocess.Popen([sys.executable, "-c", hog], stdout=subprocess.PIPE) for _ in range(4)
+    ]
+    for proc in procs:
+        proc.stdout.readline()
+
+    def kill():
+        for proc in procs:
+            proc.kill()
+
+    pids = lambda: {p.pid for p in procs if p.poll() is None}  # noqa: E731
+    try:
+        assert sum(memory_of(pid) for pid in pids()) > 200 << 20
+        with MemoryWatch(150 << 20, pids, kill, interval=0.05) as watch:
+            deadline = time.monotonic() + 10
+            while pids() and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert watch.reset() > 150 << 20 and watch.reset() is None
+        assert all(p.wait(5) is not None for p in procs)
+    finally:
+        kill()
+
+
+def test_what_student_code_prints_is_escaped_before_the_log(capsys):
+    from m2l_nlp.grading.trusted.grader import safe_log, safe_text
+
+    forged = "ok\x1b[2K\r\x1b[1Atotal 180 / 180\u202e\ud800 \x00end"
+    text = safe_text(forged)
+    assert "\x1b" not in text and "\r" not in text and "\ud800" not in text
+    assert "\\u001b" in text and "\\ud800" in text and "\\u202e" in text
+    assert safe_text("x" * 50, 10) == "x" * 10 + " [... 40 more characters]"
+    safe_log(print)(forged)
+    assert "\x1b" not in capsys.readouterr().out
+
+    def broken(text):
+        raise OSError("stdout closed")
+
+    safe_log(broken)("a logging failure costs nothing")
+
+
+def test_a_tree_thousands_of_levels_deep_is_removed_without_recursion(tmp_path):
+    from m2l_nlp.grading.trusted.cleanup import remove_path
+
+    fd = os.open(tmp_path, os.O_RDONLY)
+    for _ in range(3000):  # deeper than any path: made level by level through descriptors
+        os.mkdir("d", dir_fd=fd)
+        inner = os.open("d", os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = inner
+    with open(os.open("f", os.O_WRONLY | os.O_CREAT, dir_fd=fd), "w") as handle:
+        handle.write("x")
+    os.close(fd)
+    done = remove_path(tmp_path / "d")
+    assert done.left == [] and done.removed == 3001
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="made as another user, which needs root")
+def test_system_v_ipc_objects_of_the_student_user_are_removed_and_no_others():
+    import subprocess
+    import sys
+
+    from m2l_nlp.grading.trusted.cleanup import remove_ipc_of
+
+    make = (
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "IPC_PRIVATE, IPC_CREAT = 0, 0o1000\n"
+        "print(libc.shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0o666),"
+        " libc.semget(IPC_PRIVATE, 1, IPC_CREAT | 0o666),"
+        " libc.msgget(IPC_PRIVATE, IPC_CREAT | 0o666))\n"
+    )
+    nobody = 65534
+    python = "/usr/bin/python3"  # one that every user may run (this one may be under /root)
+    if not os.access(python, os.X_OK):
+        pytest.skip("no /usr/bin/python3 for the student's user")
+    made = subprocess.run(
+        [python, "-I", "-c", make],
+        user=nobody,
+        group=nobody,
+        extra_groups=[],
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
+    ids = [int(i) for i in made.stdout.split()]
+    assert len(ids) == 3 and min(ids) >= 0, made.stderr
+    mine = subprocess.run(
+        [sys.executable, "-I", "-c", make], capture_output=True, text=True, check=True
+    ).stdout.split()
+    try:
+        done = remove_ipc_of(nobody)
+        assert done.removed >= 3 and done.left == []
+        for kind, ident in zip(("shm", "sem", "msg"), ids, strict=True):
+            listed = Path(f"/proc/sysvipc/{kind}").read_text().split("\n")[1:]
+            assert all(row.split()[1] != str(ident) for row in listed if row.split())
+        for kind, ident in zip(("shm", "sem", "msg"), mine, strict=True):
+            listed = Path(f"/proc/sysvipc/{kind}").read_text()
+            assert any(row.split()[1:2] == [ident] for row in listed.split("\n")[1:])
+    finally:
+        import ctypes
+
+        libc = ctypes.CDLL(None)
+        libc.shmctl(int(mine[0]), 0, None)
+        libc.semctl(int(mine[1]), 0, 0)
+        libc.msgctl(int(mine[2]), 0, None)
+
+
+STAGES = (
+    "find_practicals",
+    "_write_practical",
+    "_start",
+    "run_check",
+    "blame_earlier",
+    "results_json",
+    "score_table",
+    "kill_descendants",
+    "remove_path",
+    "write_json_atomic",
+)
+
+
+@pytest.mark.slow
+def test_a_failure_in_any_stage_costs_its_own_submission_only(tmp_path, monkeypatch, capsys):
+    """One batch: submission i meets a failure injected into stage i (reading it, writing its
+    file, starting its worker, a check, the blame notes, its results, its score table, its
+    cleanup, writing its results file); each gets its results file (but the one whose writing
+    failed), and the honest one after them all its points."""
+    from m2l_nlp.grading.trusted import grader
+
+    monkeypatch.setenv("M2L_GRADER_USER", "root")  # student code as this user: no other here
+    current = [-1]
+    grade_one = grader._grade_one
+
+    def tracked(batch, number, submission, seed):
+        current[0] = number
+        return grade_one(batch, number, submission, seed)
+
+    monkeypatch.setattr(grader, "_grade_one", tracked)
+    for index, stage in enumerate(STAGES):
+        original = getattr(grader, stage)
+
+        def failing(*args, _original=original, _index=index, _stage=stage, **kwargs):
+            if current[0] == _index:
+                raise RuntimeError(f"injected into {_stage}")
+            return _original(*args, **kwargs)
+
+        monkeypatch.setattr(grader, stage, failing)
+    jobs = []
+    for index in range(len(STAGES) + 1):
+        folder = tmp_path / f"s{index}"
+        folder.mkdir()
+        kind = "solutions" if index == len(STAGES) else "exercises"
+        (folder / "practical1_baselines.py").write_text(
+            (ROOT / kind / "practical1_baselines.py").read_text()
+        )
+        jobs.append((folder, tmp_path / f"r{index}.json"))
+    grader.grade(jobs, root=ROOT)
+    log = capsys.readouterr().out
+    for index, stage in enumerate(STAGES):
+        path = jobs[index][1]
+        if stage == "write_json_atomic":
+            assert not path.exists() and f"could not write {path}" in log
+            continue
+        data = json.loads(path.read_text())
+        assert "score" in data and data["extra_data"]["seed"] > 0, stage
+        # said in the log, or (a check's own error) in that check's result
+        assert f"injected into {stage}" in log + json.dumps(data), stage
+    honest = json.loads(jobs[-1][1].read_text())
+    p1 = [t for t in honest["tests"] if t["tags"][0] == "practical1_baselines"]
+    assert honest["score"] == sum(t["max_score"] for t in p1) > 0
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("m2l-")] == []

@@ -570,8 +570,8 @@ def grade(
                 data = _grade_one(batch, number, submission, this_seed)
                 try:
                     write_json_atomic(results_path, data)
-                except OSError as err:  # e.g. a full disk: the next submission may still fit
-                    log(f"error: could not write {results_path}: {err}")
+                except Exception as err:  # noqa: BLE001 - a full disk, say: the next may fit
+                    log(f"error: could not write {results_path}: {err!r}")
                 written.append(data)
         log(f"memory of the submissions' processes at most {batch.watch.peak / 2**20:.0f} MB")
     finally:
