@@ -38,6 +38,8 @@ P1, P2 = "practical1_baselines", "practical2_transformers"
 FULL = 180  # 170 in the students' copy, and 10 of the hidden checks (solutions/hidden/)
 P1_POINTS, P2_POINTS = 70, 110
 ROOT_ONLY = os.geteuid() == 0  # file modes, links to root-only files and users need root
+CASES = "cases-7e4a"  # the batch's folder: no student's process may learn its name
+LIMITS = ("RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CORE")
 
 pytestmark = pytest.mark.slow
 
@@ -70,7 +72,12 @@ def installed():
         for script in ("setup.sh", "run_autograder"):
             (source / script).chmod(0o755)
         shutil.copy2(source / "run_autograder", root / "run_autograder")
-        subprocess.run([_python_for_everyone(), "-m", "venv", str(base / "python")], check=True)
+        # --system-site-packages: Python's user site stays on, as for Gradescope's system
+        # python3 (a planted usercustomize.py would run there)
+        subprocess.run(
+            [_python_for_everyone(), "-m", "venv", "--system-site-packages", str(base / "python")],
+            check=True,
+        )
         env = {
             **os.environ,
             "AUTOGRADER_ROOT": str(root),
@@ -400,6 +407,58 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
         "for _f in ('/tmp', '/var/tmp', '/dev/shm'):\n"
         "    open(_f + '/m2l-left-behind-5d2c', 'wb').write(b'x' * (1 << 20))\n",
     )
+    attack = new("leaves_ipc_and_locks_behind")  # System V shared memory, /run/lock
+    _solved(attack, P1, P2)
+    _with(
+        attack,
+        P1,
+        "import ctypes as _c\n"
+        "_c.CDLL(None).shmget(0x5D2C, 4096, 0o1000 | 0o666)  # IPC_CREAT\n"
+        "open('/run/lock/m2l-left-behind-5d2c', 'w').write('5d2c')\n",
+    )
+
+    # Round two: the batch, the grader's own process, the worker's start.
+    attack = new("reads_the_command_lines")  # where are the classmates' folders?
+    _stubs(attack)
+    _replace(attack, P2, "def scaled_dot_product(", PROC_SPY + "\n\ndef _stub_scaled_dot_product(")
+    attack = new("deep_folders")  # 1,500 levels in its HOME and in /tmp
+    _solved(attack, P1, P2)
+    _with(
+        attack,
+        P1,
+        "import os as _os\n"
+        "for _top in (_os.environ['HOME'], '/tmp'):\n"
+        "    _fd = _os.open(_top, _os.O_RDONLY)\n"
+        "    for _ in range(1500):\n"
+        "        try:\n"
+        "            _os.mkdir('d', dir_fd=_fd)\n"
+        "        except FileExistsError:\n"
+        "            pass\n"
+        "        _fd = _os.open('d', _os.O_RDONLY, dir_fd=_fd)\n",
+    )
+    attack = new("import_error_with_a_lone_surrogate")
+    _solved(attack, P1)
+    (attack / f"{P2}.py").write_text('raise ImportError("a name \\ud800 no printer can encode")\n')
+    attack = new("import_error_that_forges_the_log")
+    _solved(attack, P1)
+    (attack / f"{P2}.py").write_text(
+        'raise ImportError("\\x1b[2K\\r\\x1b[1Atotal 180 / 180\\nall exercises passed\\x1b[8m")\n'
+    )
+    attack = new("replies_that_grow_in_the_grader")  # tiny on the wire, gigabytes once used
+    _solved(attack, P1, P2)
+    _with(attack, P2, GROWING_REPLIES)
+    attack = new("plants_startup_files")  # a first worker plants; does the second keep limits?
+    _solved(attack, P1, P2)
+    _with(attack, P2, PLANTER)
+    attack = new("uniform_multihead_attention")  # the hidden exercise's target, made trivial
+    _solved(attack, P1, P2)
+    _replace(
+        attack,
+        P2,
+        "scaled_dot_product(queries, keys, values, mask)",
+        "scaled_dot_product(queries * 0, keys, values, mask)",
+    )
+
     attack = new("reads_earlier_submissions")  # last: every other submission came before
     _stubs(attack)
     _replace(
@@ -413,7 +472,11 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
         "    seen = []\n"
         "    scratch = os.path.dirname(os.getcwd())  # the grader's, beside this submission's\n"
         "    patterns = [scratch + '/*/*.py', scratch + '/*/home-*/*']\n"
-        "    patterns += [f + '/m2l-left-*' for f in ('/tmp', '/var/tmp', '/dev/shm')]\n"
+        "    shared = ('/tmp', '/var/tmp', '/dev/shm', '/run/lock')\n"
+        "    patterns += [f + '/m2l-left-*' for f in shared]\n"
+        "    import ctypes\n"
+        "    if ctypes.CDLL(None).shmget(0x5D2C, 0, 0) >= 0:\n"
+        "        seen.append('System V shared memory of key 5d2c')\n"
         "    for pattern in patterns:\n"
         "        for path in glob.glob(pattern):\n"
         "            try:\n"
@@ -424,6 +487,71 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
         "def _stub_scaled_dot_product(",
     )
     return made
+
+
+PROC_SPY = f"""def scaled_dot_product(q, k, v, mask=None):
+    import os
+
+    found = []
+    for pid in os.listdir("/proc"):
+        for what in ("cmdline", "environ") if pid.isdigit() else ():
+            try:
+                text = open(f"/proc/{{pid}}/{{what}}", "rb").read().decode(errors="replace")
+            except OSError:
+                continue
+            found += [part for part in text.split("\\0") if "{CASES}" in part]
+    for path in found:  # a classmate's folder: use their attention
+        for name in ("{P2}.py", "exercises/{P2}.py"):
+            try:
+                code = open(os.path.join(path, name)).read()
+            except OSError:
+                continue
+            namespace = {{}}
+            exec(compile(code, name, "exec"), namespace)
+            return namespace["scaled_dot_product"](q, k, v, mask)
+    raise ValueError("FOUND " + " | ".join(found) if found else "no folder on any command line")
+"""
+
+# The feed-forward's outputs broadcast against each other in the dropout check, and the
+# encoder block's zero-size output is reduced along its last axis in the layer-norm check.
+GROWING_REPLIES = """
+class PositionwiseFeedForward(PositionwiseFeedForward):
+    def __call__(self, x, is_train=True):
+        return jnp.zeros((30000, 1)) if is_train else jnp.zeros((1, 30000))
+
+
+class EncoderBlock(EncoderBlock):
+    def __call__(self, x, mask=None, is_train=True, return_attention=False):
+        return jnp.zeros((2**30, 0))
+"""
+
+# A first worker plants startup files wherever the student's user may write, then ends; the
+# second worker says which limits it runs with.
+PLANTER = """
+_solved_attention = scaled_dot_product
+
+
+def scaled_dot_product(q, k, v, mask=None):
+    import os, resource, site, sys
+
+    marker = "/tmp/m2l-planted-9b1f"
+    if not os.path.exists(marker):
+        code = "import resource\\nresource.setrlimit = lambda *a, **k: None\\n"
+        places = [site.getusersitepackages(), os.environ["HOME"], "/tmp", "/var/tmp", "/dev/shm"]
+        for place in places + sys.path:
+            try:
+                os.makedirs(place, exist_ok=True)
+                for name in ("usercustomize.py", "sitecustomize.py"):
+                    open(os.path.join(place, name), "w").write(code)
+                open(os.path.join(place, "m2l.pth"), "w").write(code.replace("\\n", "; "))
+            except OSError:
+                pass
+        open(marker, "w").write("planted")
+        os._exit(0)
+    names = ("RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CORE")
+    limits = " ".join(f"{n}={resource.getrlimit(getattr(resource, n))}" for n in names)
+    raise ValueError("LIMITS " + limits)
+"""
 
 
 def _student_user(env: dict[str, str]) -> str:
@@ -462,8 +590,8 @@ def graded(installed, tmp_path_factory):
     if ROOT_ONLY:
         (root / "source" / "secret.txt").write_text("TOP-SECRET-7d1f\n")
         (root / "source" / "secret.txt").chmod(0o600)
-    cases = _submissions(tmp_path / "cases", root)
-    shutil.copytree(tmp_path / "cases" / "honest", root / "submission")
+    cases = _submissions(tmp_path / CASES, root)
+    shutil.copytree(tmp_path / CASES / "honest", root / "submission")
 
     honest = subprocess.run(
         [str(root / "run_autograder")], env=env, capture_output=True, text=True, timeout=600
@@ -669,8 +797,185 @@ def test_in_a_batch_no_submission_reads_or_keeps_what_another_left(graded):
     spy = _tests(graded.results["reads_earlier_submissions"])["scaled_dot_product"]["output"]
     assert "nothing" in spy and "VICTIM" not in spy and "left-behind" not in spy, spy
     assert graded.results["leaves_files_behind"]["score"] == FULL
-    for folder in ("/tmp", "/var/tmp", "/dev/shm"):
+    for folder in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
         assert not Path(folder, "m2l-left-behind-5d2c").exists()
+    assert graded.results["leaves_ipc_and_locks_behind"]["score"] == FULL
+    shm = Path("/proc/sysvipc/shm").read_text().split("\n")[1:]
+    assert not any(row.split()[:1] == [str(0x5D2C)] for row in shm)
+
+
+def _log_of(batch_stdout: str, name: str) -> str:
+    """What the grader logged while grading the batch's submission ``name``."""
+    parts = batch_stdout.split("\n== submission ")
+    return next(p for p in parts if f"{name}.json" in p.split("\n", 1)[0])
+
+
+def test_no_command_line_names_a_classmate_folder(graded):
+    """The grader's command line (every user can read /proc) names no submission folder."""
+    data = graded.results["reads_the_command_lines"]
+    spy = _tests(data)["scaled_dot_product"]["output"]
+    assert "no folder on any command line" in spy and CASES not in spy, spy
+    assert data["score"] == 0
+
+
+def test_a_batch_from_folders_the_student_can_open_is_refused(installed, tmp_path_factory):
+    root, env = installed
+    if not ROOT_ONLY:
+        pytest.skip("the student's user is another user only when the grader is root")
+    open_to_all = Path(tempfile.mkdtemp(prefix="m2l-open-batch-", dir="/tmp"))
+    try:
+        open_to_all.chmod(0o755)
+        for name in ("a", "b"):
+            _solved(open_to_all / name, P1)
+        pairs = [str(open_to_all / "a"), str(open_to_all / "a.json")]
+        pairs += [str(open_to_all / "b"), str(open_to_all / "b.json")]
+        run = subprocess.run(
+            ["python3", "-m", "m2l_nlp.grading.trusted", *pairs],
+            env={**env, "M2L_ROOT": str(root / "source")},
+            cwd=root / "source",
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert run.returncode == 2 and run.stderr.count("\n") == 1, run.stderr
+        assert "chmod 700" in run.stderr and "Traceback" not in run.stderr
+        assert not (open_to_all / "a.json").exists()
+    finally:
+        shutil.rmtree(open_to_all)
+
+
+def test_folders_thousands_deep_cost_nothing_and_the_batch_goes_on(graded):
+    assert graded.results["deep_folders"]["score"] == FULL
+    assert not Path("/tmp/d").exists()
+    names = list(graded.cases)
+    later = names[names.index("deep_folders") + 1 :]
+    assert later and all(graded.results[n] is not None for n in later)
+
+
+def test_import_errors_that_cannot_be_printed_or_forge_the_log_are_escaped(graded):
+    for name in ("import_error_with_a_lone_surrogate", "import_error_that_forges_the_log"):
+        _practical_refused(graded.results[name], "ImportError")
+    log = _log_of(graded.batch.stdout, "import_error_that_forges_the_log")
+    assert "\x1b" not in graded.batch.stdout and "\r" not in graded.batch.stdout
+    assert "\\u001b[2K" in log and "180 / 180" not in log.replace("\\u001b[1Atotal 180", "")
+
+
+def test_replies_that_would_grow_in_the_grader_fail_and_its_memory_stays_bounded(graded):
+    tests = _tests(graded.results["replies_that_grow_in_the_grader"])
+    assert tests["positionwise_feed_forward"]["score"] == 0
+    assert "shape (30000, 1) in training mode" in tests["positionwise_feed_forward"]["output"]
+    assert tests["encoder_block"]["score"] == 0
+    assert "shape (1073741824, 0)" in tests["encoder_block"]["output"]
+    assert tests["scaled_dot_product"]["score"] == tests["scaled_dot_product"]["max_score"]
+    peak = float(graded.batch.stdout.split("peak memory: the grader ")[1].split(" MB")[0])
+    assert peak < 1024, graded.batch.stdout[-2000:]
+
+
+def test_a_second_worker_keeps_every_limit_whatever_the_first_planted(graded):
+    from m2l_nlp.grading.trusted.limits import STUDENT_LIMITS
+
+    output = _tests(graded.results["plants_startup_files"])["scaled_dot_product"]["output"]
+    assert "LIMITS" in output, output
+    for name in LIMITS:
+        value = STUDENT_LIMITS[name]
+        assert f"{name}=({value}, {value})" in output, output
+
+
+def test_a_trivial_target_of_the_hidden_exercise_earns_nothing(graded):
+    tests = _tests(graded.results["uniform_multihead_attention"])
+    assert tests["multihead_attention"]["score"] == 0
+    assert tests["attention_beyond_the_examples (hidden)"]["score"] == 0
+    assert tests["scaled_dot_product"]["score"] == tests["scaled_dot_product"]["max_score"]
+
+
+@pytest.fixture(scope="module")
+def bounded(installed, tmp_path_factory):
+    """A batch under small budgets (``grading.toml``: 40 s a submission, 700 MB for its
+    processes together): a submission whose processes hold too much memory, one that
+    spends its time importing and dying, then an honest classmate."""
+    root, env = installed
+    tmp = tmp_path_factory.mktemp("bounded")
+    source = tmp / "source"
+    shutil.copytree(root / "source", source, symlinks=True)
+    settings = source / "grading.toml"
+    kept = [
+        line
+        for line in settings.read_text().splitlines()
+        if not line.startswith(("submission_time_limit", "memory_budget_mb"))
+    ]
+    settings.write_text("submission_time_limit = 40\nmemory_budget_mb = 700\n" + "\n".join(kept))
+    cases = tmp / CASES
+    hog = cases / "memory_hog"
+    _solved(hog, P1, P2)
+    _with(hog, P2, MEMORY_HOG)
+    slow = cases / "slow_import_then_dies"
+    _solved(slow, P1, P2)
+    _with(slow, P2, SLOW_THEN_DIES)
+    honest = cases / "honest"
+    _solved(honest, P1, P2)
+    pairs = []
+    for folder in (hog, slow, honest):
+        pairs += [str(folder), str(tmp / f"{folder.name}.json")]
+    run = subprocess.run(
+        ["python3" if ROOT_ONLY else sys.executable, "-m", "m2l_nlp.grading.trusted", *pairs],
+        env={**env, "M2L_ROOT": str(source)},
+        cwd=source,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    results = {
+        f.name: json.loads((tmp / f"{f.name}.json").read_text()) for f in (hog, slow, honest)
+    }
+    return types.SimpleNamespace(run=run, results=results)
+
+
+# At import, once: six processes of 150 MB each (each under any one process's limit).
+MEMORY_HOG = """
+import os as _os, time as _time
+if not _os.path.exists("/tmp/m2l-hog-3c1d"):
+    open("/tmp/m2l-hog-3c1d", "w").close()
+    for _ in range(6):
+        if _os.fork() == 0:
+            _held = b"x" * (150 << 20)
+            _time.sleep(600)
+            _os._exit(0)
+"""
+
+# Every import takes 12 s (under the 60 s an import may take); every call ends the process.
+SLOW_THEN_DIES = """
+import os as _os, time as _time
+_time.sleep(12)
+
+
+def _dies(*args, **kwargs):
+    _os._exit(1)
+
+
+globals().update(
+    {n: _dies for n, v in list(globals().items()) if not n.startswith("_") and callable(v)}
+)
+scaled_dot_product = _dies
+"""
+
+
+def test_a_submission_whose_processes_hold_too_much_memory_is_stopped_alone(bounded):
+    assert bounded.run.returncode == 0, bounded.run.stderr[-3000:]
+    hog = bounded.results["memory_hog"]
+    assert _points(hog, P1) == P1_POINTS
+    assert "over the 700 MB one submission may use" in json.dumps(hog), hog
+    assert bounded.results["honest"]["score"] == FULL  # the reference's processes live on
+
+
+def test_a_submission_has_one_time_budget_for_its_imports_and_checks(bounded):
+    assert bounded.run.returncode == 0, bounded.run.stderr[-3000:]
+    slow = bounded.results["slow_import_then_dies"]
+    assert _points(slow, P1) == P1_POINTS and _points(slow, P2) == 0
+    assert "whole submission's time (40 s" in json.dumps(slow)
+    log = _log_of(bounded.run.stdout, "slow_import_then_dies")
+    took = float(log.split("submission graded in ")[1].split(" s")[0])
+    assert took < 40 + 30, log  # 40 s of its own, and the reference's answers
+    assert bounded.results["honest"]["score"] == FULL
 
 
 def test_in_a_batch_each_results_file_is_its_own(graded):

@@ -774,3 +774,18 @@ def test_a_failure_in_any_stage_costs_its_own_submission_only(tmp_path, monkeypa
     p1 = [t for t in honest["tests"] if t["tags"][0] == "practical1_baselines"]
     assert honest["score"] == sum(t["max_score"] for t in p1) > 0
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("m2l-")] == []
+
+
+def test_every_folder_the_student_user_may_write_to_is_found(tmp_path):
+    from m2l_nlp.grading.trusted.cleanup import writable_folders
+
+    for name, mode in (("open", 0o1777), ("closed", 0o755), ("closed/inner", 0o777)):
+        (tmp_path / name).mkdir()
+        (tmp_path / name).chmod(mode)
+    (tmp_path / "open" / "nested").mkdir()
+    (tmp_path / "open" / "nested").chmod(0o777)
+    found = writable_folders(65534, 65534, top=str(tmp_path))
+    mine = sorted(
+        Path(f).relative_to(tmp_path).as_posix() for f in found if f.startswith(str(tmp_path))
+    )
+    assert mine == ["closed/inner", "open", "open/nested"]

@@ -167,12 +167,14 @@ def remove_files_of(uid: int, since: float, folders: Iterable[str] = SHARED_FOLD
     return done
 
 
-def writable_folders(uid: int, gid: int, depth: int = 3, most: int = 20_000) -> list[str]:
-    """Every folder (to ``depth`` levels below ``/``) that user ``uid`` (group ``gid``) may
+def writable_folders(
+    uid: int, gid: int, depth: int = 3, most: int = 20_000, top: str = "/"
+) -> list[str]:
+    """Every folder (to ``depth`` levels below ``top``) that user ``uid`` (group ``gid``) may
     write to, besides :data:`SHARED_FOLDERS`: where its processes could leave a file for
     the next submission to read. Looked up once per grading, before any student code runs."""
     found = [f for f in SHARED_FOLDERS if os.path.isdir(f)]
-    todo, seen = [("/", 0)], 0
+    todo, seen = [(top, 0)], 0
     while todo and seen < most:
         path, level = todo.pop()
         try:
@@ -197,7 +199,7 @@ def writable_folders(uid: int, gid: int, depth: int = 3, most: int = 20_000) -> 
                 or (st.st_gid == gid and mode & stat.S_IWGRP)
             ):
                 found.append(full)
-            elif level + 1 < depth:
+            if level + 1 < depth:  # a shared folder may hold others (/tmp/.X11-unix, say)
                 todo.append((full, level + 1))
     return list(dict.fromkeys(found))
 

@@ -35,6 +35,7 @@ import contextlib
 import json
 import os
 import re
+import resource
 import secrets
 import subprocess
 import sys
@@ -567,13 +568,19 @@ def grade(
                 again = f"python -m m2l_nlp.grading.trusted --seed {this_seed}"
                 log(f"grading seed {this_seed} ({again})")
                 batch.watch.reset()
+                start = time.monotonic()
                 data = _grade_one(batch, number, submission, this_seed)
+                log(f"submission graded in {time.monotonic() - start:.1f} s")
                 try:
                     write_json_atomic(results_path, data)
                 except Exception as err:  # noqa: BLE001 - a full disk, say: the next may fit
                     log(f"error: could not write {results_path}: {err!r}")
                 written.append(data)
-        log(f"memory of the submissions' processes at most {batch.watch.peak / 2**20:.0f} MB")
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+        log(
+            f"peak memory: the grader {peak:.0f} MB, a submission's processes together "
+            f"{batch.watch.peak / 2**20:.0f} MB"
+        )
     finally:
         for ref, _ in batch.references.values():
             ref.worker.kill()
