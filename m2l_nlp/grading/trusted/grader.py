@@ -508,8 +508,8 @@ def _grade_one(batch: _Batch, number: int, submission: Path, seed: int) -> dict[
         notes, errors, table = [], [], ""
     finally:  # nothing the student started or wrote outlives the grading
         batch.clean(started, folder)
-    for text in [*notes, *errors]:
-        log(text)
+    for text in [*notes, *errors]:  # the student's words: their lines indented, as one note
+        log("\n    ".join(safe_text(text).splitlines()))
     if table:
         log(table)
     return data
