@@ -4,7 +4,12 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
+# handout: cut
+# Lines between "# handout: cut" and "# handout: end cut" are left out of the students'
+# Makefile that `make handout` writes; "# handout only: " lines are put in, uncommented.
 .PHONY: venv test test-slow lint train demo exercises solutions compat compat-floors compat-colab compat-newest autograder handout clean
+# handout: end cut
+# handout only: .PHONY: venv test train demo clean
 
 # uv installs the environment (pip puts uv in it first): several times faster than pip from
 # empty download caches (benchmarks/README.md). uv reads its own settings, not pip's: where it
@@ -29,6 +34,7 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# handout: cut
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports  # the layers of m2l_nlp: pyproject.toml [tool.importlinter]
@@ -76,6 +82,10 @@ compat-colab:
 	bash .ci/compat.sh colab
 compat-newest:
 	bash .ci/compat.sh newest
+# handout: end cut
+# handout only: # Grade your exercises: the score table at the end (exit status 0 once all pass).
+# handout only: test: $(STAMP)
+# handout only: 	$(BIN)/python -m pytest
 
 # Main job: train the practical-2 transformer on the full IMDB (default recipe), print the
 # test accuracy and confusion matrix, write checkpoint + plots under runs/default/.
@@ -90,6 +100,7 @@ train: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/m2l-nlp train --data small --out runs/demo --overwrite
 
+# handout: cut
 # Instructor: write the student stubs exercises/*.py from solutions/*.py.
 # A stub a student edited is never overwritten (refused, named); FORCE=1 saves it as .bak first.
 exercises: $(STAMP)
@@ -120,8 +131,10 @@ AUTOGRADER ?= dist/autograder.zip
 HANDOUT ?= dist/handout
 autograder: $(STAMP)
 	$(BIN)/python -m m2l_nlp.grading.trusted.bundle autograder $(AUTOGRADER)
+REPOSITORY ?=
 handout: $(STAMP)
-	$(BIN)/python -m m2l_nlp.grading.trusted.bundle handout $(HANDOUT)
+	$(BIN)/python -m m2l_nlp.grading.trusted.bundle handout $(HANDOUT) $(if $(REPOSITORY),--repository $(REPOSITORY))
+# handout: end cut
 
 clean:
 	rm -rf $(VENV) .compat .pytest_cache .ruff_cache

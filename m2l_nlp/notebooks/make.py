@@ -202,17 +202,17 @@ def render(nb: nbformat.NotebookNode) -> str:
     return nbformat.writes(nb, version=4) + "\n"
 
 
-def readme_links(root: Path, url: str) -> str:
-    """The README's table of "Open in Colab" links, one row per practical."""
-    rows = ["| practical | exercises | solved |", "|---|---|---|"]
+def readme_links(root: Path, url: str, solved: bool = True) -> str:
+    """The README's table of "Open in Colab" links, one row per practical (``solved``: with
+    the solved notebooks' column; a handout has none)."""
+    stems = ("", SOLVED_SUFFIX) if solved else ("",)
+    header = "| practical | exercises | solved |" if solved else "| practical | exercises |"
+    rows = [header, "|---" * (len(stems) + 1) + "|"]
     for target in targets(root)[::2]:
         name = target.notebook.stem
         number, _, title = name.removeprefix("practical").partition("_")
-        links = [
-            f"{BADGE}({colab_url(f'{NOTEBOOK_DIR}/{stem}.ipynb', url)})"
-            for stem in (name, name + SOLVED_SUFFIX)
-        ]
-        rows.append(f"| {number}. {title.replace('_', ' ')} | {links[0]} | {links[1]} |")
+        links = [f"{BADGE}({colab_url(f'{NOTEBOOK_DIR}/{name}{s}.ipynb', url)})" for s in stems]
+        rows.append(f"| {number}. {title.replace('_', ' ')} | {' | '.join(links)} |")
     return "\n".join([README_BEGIN, *rows, README_END])
 
 

@@ -1,25 +1,28 @@
 """What an instructor hands out: the Gradescope autograder zip, and the student handout.
 
     python -m m2l_nlp.grading.trusted.bundle autograder dist/autograder.zip   # make autograder
-    python -m m2l_nlp.grading.trusted.bundle handout dist/handout             # make handout
+    python -m m2l_nlp.grading.trusted.bundle handout dist/handout --repository URL  # make handout
 
 - The **autograder** zip holds ``setup.sh`` and ``run_autograder`` (from
   ``m2l_nlp/grading/trusted/gradescope/``) at its top, with what they install and run: the
   library, ``pyproject.toml`` and ``solutions/`` (readable by root only once installed).
-- The **handout** is the repository without ``solutions/``, the solved notebooks and the
-  instructor's tests, CI and benchmarks; it carries the reference's answers to every check
+- The **handout** is the students' repository (at ``URL``): without ``solutions/``, the solved
+  notebooks and the instructor's tests, CI and benchmarks, with the students' README and
+  Makefile (:mod:`.handout_docs`) and notebooks that point at ``URL``; it carries the reference's answers to every check
   instead (``m2l_nlp/grading/checks/expected/``, recorded here), so ``pytest`` in it grades the
   exercises with the same checks and messages. A later exercise then calls the student's
   own earlier ones (there is no reference to stand in for them).
 
-Both are written under a temporary name, then renamed; an existing output is replaced only
-if this tool wrote it.
+Both are written under a temporary name, then renamed. An existing handout is replaced only
+if it holds nothing but what this tool wrote there (its mark lists it), and what its users
+made in it (``.git/``, ``.venv/``, ``runs/``...: :data:`KEPT_IN_PLACE`) moves into the new one.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -109,19 +112,53 @@ def hidden_points(root: Path) -> dict[str, float]:
     return points
 
 
+PLACEHOLDER = "https://github.com/m2l-nlp/m2l-nlp"  # pyproject.toml's until a fork names its own
+# In an earlier handout, what its users made there: moved into the new one, never replaced
+# (a repository, an environment, caches, training runs). Bytecode caches are dropped.
+KEPT_IN_PLACE = (".git", ".venv", ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints", "runs")
+
+
+def _written_before(out: Path) -> set[str]:
+    """The files an earlier ``make handout`` wrote into ``out`` (listed in its mark)."""
+    lines = (out / HANDOUT_MARK).read_text(encoding="utf-8").splitlines()
+    return {line.removeprefix("- ") for line in lines if line.startswith("- ")}
+
+
 def _check_replaceable(out: Path) -> None:
-    """An ``out`` that exists must be an earlier handout (nothing else is replaced)."""
-    if out.exists() and not (out / HANDOUT_MARK).is_file():
+    """An ``out`` that exists must hold only what an earlier handout wrote (and ``.git/``)."""
+    if not out.exists():
+        return
+    if not (out / HANDOUT_MARK).is_file():
         raise BundleError(
             f"{out} exists and was not written by `make handout`: choose another folder "
             "or move it away"
         )
+    written = _written_before(out) | {HANDOUT_MARK}
+    foreign = sorted(
+        path.relative_to(out).as_posix()
+        for path in out.rglob("*")
+        if not path.is_dir()
+        and path.relative_to(out).parts[0] not in KEPT_IN_PLACE
+        and "__pycache__" not in path.relative_to(out).parts
+        and path.relative_to(out).as_posix() not in written
+    )
+    if foreign:
+        shown = ", ".join(foreign[:5]) + (
+            f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        )
+        raise BundleError(
+            f"{out} holds files `make handout` did not write ({shown}): move them away, "
+            "or commit them to the course repository"
+        )
 
 
 def _replace_folder(tmp: Path, out: Path) -> None:
-    """Move ``tmp`` to ``out``, in place of an earlier handout."""
+    """Move ``tmp`` to ``out``, in place of an earlier handout (its ``.git/`` kept)."""
     _check_replaceable(out)
     if out.exists():
+        for name in KEPT_IN_PLACE:
+            if (out / name).exists():
+                (out / name).rename(tmp / name)
         old = out.with_name(f".{out.name}.old")
         shutil.rmtree(old, ignore_errors=True)
         out.rename(old)
@@ -131,8 +168,52 @@ def _replace_folder(tmp: Path, out: Path) -> None:
         tmp.rename(out)
 
 
-def handout(out: Path, root: Path | None = None) -> Path:
-    """Write the student handout to the folder ``out`` (see the module docstring)."""
+def _check_repository(repository: str | None) -> str:
+    if not repository or repository.rstrip("/") == PLACEHOLDER:
+        raise BundleError(
+            "name the handout's own repository: make handout "
+            "REPOSITORY=https://github.com/you/your-course (its Colab links and notebooks "
+            "point there)"
+        )
+    if not repository.startswith("https://github.com/"):
+        raise BundleError(f"REPOSITORY must be a https://github.com/... address, not {repository}")
+    return repository.rstrip("/")
+
+
+def _student_files(root: Path, tmp: Path, repository: str) -> list[str]:
+    """Write the handout's README, Makefile, pyproject.toml and notebooks, made for its own
+    repository (see :mod:`.handout_docs`); returns their names."""
+    from m2l_nlp.grading.trusted.handout_docs import handout_makefile, handout_readme
+    from m2l_nlp.notebooks import make
+
+    made = {
+        "README.md": handout_readme(
+            (root / "README.md").read_text(encoding="utf-8"),
+            "\n".join(make.readme_links(root, repository, solved=False).splitlines()[1:-1]),
+            make.README_BEGIN,
+            make.README_END,
+        ),
+        "Makefile": handout_makefile((root / "Makefile").read_text(encoding="utf-8")),
+    }
+    pyproject = (root / "pyproject.toml").read_text(encoding="utf-8")
+    made["pyproject.toml"], count = re.subn(
+        r'^Repository = "[^"]*"', f'Repository = "{repository}"', pyproject, flags=re.M
+    )
+    if count != 1:
+        raise BundleError("pyproject.toml should set [project.urls] Repository once")
+    for path, text in make.planned(root, url=repository).items():
+        name = path.relative_to(root).as_posix()
+        if name.startswith("notebooks/") and make.SOLVED_SUFFIX not in name:
+            made[name] = text
+    for name, text in made.items():
+        (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / name).write_text(text, encoding="utf-8")
+    return list(made)
+
+
+def handout(out: Path, root: Path | None = None, repository: str | None = None) -> Path:
+    """Write the student handout to the folder ``out`` (see the module docstring), a
+    repository of its own at ``repository``."""
     from m2l_nlp.grading.checks import expected
     from m2l_nlp.grading.checks.catalog import load_exercises
     from m2l_nlp.grading.checks.runner import reference, stub_lines_of
@@ -141,14 +222,17 @@ def handout(out: Path, root: Path | None = None) -> Path:
     root = root or repo_root()
     if not (root / "solutions").is_dir():
         raise BundleError(f"{root} has no solutions/: build the handout from the full repo")
+    repository = _check_repository(repository)
     out = out.resolve()
     _check_replaceable(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
+        made = set(_student_files(root, tmp, repository))
         for name in tracked_files(root):
             solved = name.startswith("notebooks/") and "_solved" in name
-            if solved or (_in(name, HANDOUT_LEFT_OUT) and not _in(name, HANDOUT_KEPT_TESTS)):
+            left_out = _in(name, HANDOUT_LEFT_OUT) and not _in(name, HANDOUT_KEPT_TESTS)
+            if solved or left_out or name in made:
                 continue
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(root / name, tmp / name)
@@ -165,7 +249,11 @@ def handout(out: Path, root: Path | None = None) -> Path:
                     "\n# Written by `make handout`: points graded by the autograder only.\n"
                     "[hidden.points]\n" + "\n".join(lines) + "\n"
                 )
-        (tmp / HANDOUT_MARK).write_text("written by `make handout`; safe to replace\n")
+        written = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
+        (tmp / HANDOUT_MARK).write_text(
+            "Written by `make handout`, which replaces these files (and only these):\n"
+            + "".join(f"- {name}\n" for name in written)
+        )
         tmp.chmod(0o755)
         _replace_folder(tmp, out)
     except BaseException:
@@ -178,12 +266,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m m2l_nlp.grading.trusted.bundle")
     parser.add_argument("what", choices=("autograder", "handout"))
     parser.add_argument("out", type=Path, help="the zip (autograder) or folder (handout)")
+    parser.add_argument(
+        "--repository", help="the handout's own repository (https://github.com/...)"
+    )
     args = parser.parse_args(argv)
     # The handout's answers are recorded as the graded tests compute them (read when JAX
     # starts its backend, which nothing has done yet in this process).
     os.environ["XLA_FLAGS"] = checking_xla_flags(os.environ.get("XLA_FLAGS", ""))
     try:
-        path = autograder(args.out) if args.what == "autograder" else handout(args.out)
+        if args.what == "autograder":
+            path = autograder(args.out)
+        else:
+            path = handout(args.out, repository=args.repository)
     except (BundleError, OSError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
