@@ -116,6 +116,7 @@ solutions: $(STAMP)
 	$(BIN)/python -m m2l_nlp.grading.checks.stubs $(if $(FORCE),--force) || exit 1; \
 	if [ -n "$(NOTEBOOKS)" ]; then $(BIN)/python -m m2l_nlp.notebooks.make || exit 1; fi; \
 	$(BIN)/python -m pytest tests/graded --impl solutions -q || exit 1; \
+	$(BIN)/python -m m2l_nlp.grading.trusted.bundle check-hidden || exit 1; \
 	if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && \
 	   [ -n "$$(git status --porcelain -- exercises notebooks)" ]; then \
 	  git status --short -- exercises notebooks; drift=1; fi; \

@@ -59,7 +59,12 @@ def load_hidden(root: Path | None = None) -> list[str]:
             spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
-            spec.loader.exec_module(module)
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:  # half imported: forgotten, so that a later load tries again
+                del sys.modules[name]
+                unregister([n for n in registered() if n not in before])
+                raise
     return [name for name, ex in registered().items() if ex.hidden or name not in before]
 
 

@@ -85,6 +85,11 @@ def exercise(
     hidden: bool = False,
 ) -> Exercise:
     """Create and register an exercise (names must be unique across practicals)."""
+    if hidden and name in _REGISTRY:  # it would silently stand in for the public one
+        raise ValueError(
+            f"the hidden exercise {name!r} has the name of the exercise {name!r} of "
+            f"{_REGISTRY[name].practical}: give the hidden one a name of its own"
+        )
     if name in _REGISTRY and _REGISTRY[name].practical != practical:
         raise ValueError(
             f"exercise name {name!r} is used by both {_REGISTRY[name].practical} and "

@@ -8,10 +8,14 @@
   library, ``pyproject.toml`` and ``solutions/`` (readable by root only once installed).
 - The **handout** is the students' repository (at ``URL``): without ``solutions/``, the solved
   notebooks and the instructor's tests, CI and benchmarks, with the students' README and
-  Makefile (:mod:`.handout_docs`) and notebooks that point at ``URL``; it carries the reference's answers to every check
-  instead (``m2l_nlp/grading/checks/expected/``, recorded here), so ``pytest`` in it grades the
-  exercises with the same checks and messages. A later exercise then calls the student's
-  own earlier ones (there is no reference to stand in for them).
+  Makefile (:mod:`.handout_docs`) and notebooks that point at ``URL``; it carries the
+  reference's answers to every check instead (``m2l_nlp/grading/checks/expected/``, recorded
+  here), so ``pytest`` in it grades the exercises with the same checks and messages. A later
+  exercise then calls the student's own earlier ones (no reference stands in for them).
+- The hidden checks (``solutions/hidden/``) are checked whenever either is made, and by
+  ``make solutions``: a hidden exercise may neither take a public one's name nor target a
+  name its practical does not define, and the reference passes each of its checks on
+  several fresh grading seeds.
 
 Both are written under a temporary name, then renamed. An existing handout is replaced only
 if it holds nothing but what this tool wrote there (its mark lists it), and what its users
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import secrets
 import shutil
 import subprocess
 import sys
@@ -30,6 +35,7 @@ import tempfile
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from m2l_nlp.devices import checking_xla_flags
 from m2l_nlp.fileio import atomic_file
@@ -77,7 +83,7 @@ def autograder(out: Path, root: Path | None = None) -> Path:
     root = root or repo_root()
     if not (root / "solutions").is_dir():
         raise BundleError(f"{root} has no solutions/: build the autograder from the full repo")
-    hidden_points(root)
+    hidden_points(root, seeds=HIDDEN_SEEDS)
     names = [n for n in tracked_files(root) if _in(n, AUTOGRADER_PARTS)]
     with atomic_file(out) as handle, zipfile.ZipFile(handle, "w", zipfile.ZIP_DEFLATED) as zf:
         for script in ("setup.sh", "run_autograder"):
@@ -89,11 +95,16 @@ def autograder(out: Path, root: Path | None = None) -> Path:
     return out
 
 
-def hidden_points(root: Path) -> dict[str, float]:
+HIDDEN_SEEDS = 5  # grading seeds each hidden check is tried on against the reference
+
+
+def hidden_points(root: Path, seeds: int = 0) -> dict[str, float]:
     """Import the hidden checks and read ``grading.toml`` against every exercise, as the
     autograder will (a mistake is said now, not on the first submission); returns the
-    points per practical that only the autograder grades. The hidden checks are forgotten
-    afterwards: nothing recorded later in this process holds them."""
+    points per practical that only the autograder grades. With ``seeds``, every hidden
+    check must also pass with the reference as the graded code on that many fresh grading
+    seeds (:func:`check_hidden`). The hidden checks are forgotten afterwards: nothing
+    recorded later in this process holds them."""
     from m2l_nlp.grading.checks.catalog import hidden_checks, load_exercises, read_settings
     from m2l_nlp.grading.checks.settings import SettingsError
 
@@ -101,15 +112,50 @@ def hidden_points(root: Path) -> dict[str, float]:
     try:
         with hidden_checks(root) as hidden:
             read_settings(root)
-            for ex in load_exercises().values():
+            exercises = load_exercises()
+            for ex in exercises.values():
                 if ex.name in hidden:
                     points[ex.practical] = points.get(ex.practical, 0.0) + ex.points
-    except SettingsError as err:
+            if seeds:
+                check_hidden([exercises[name] for name in hidden], seeds)
+    except (SettingsError, BundleError) as err:
         raise BundleError(str(err)) from None
     except Exception as err:  # noqa: BLE001 - the instructor's hidden checks do not import
-        message = f"the hidden checks in solutions/hidden/ do not import: {err!r}"
+        message = f"the hidden checks in solutions/hidden/ do not import: {err}"
         raise BundleError(message) from None
     return points
+
+
+def check_hidden(exercises: Sequence[Any], seeds: int = HIDDEN_SEEDS) -> None:
+    """Raise :class:`BundleError` for a hidden exercise that targets a name its practical
+    does not define, or whose check the reference fails on one of ``seeds`` fresh grading
+    seeds: found here, never by a student's grading."""
+    from m2l_nlp.grading.checks.runner import outcome, reference, run_check
+    from m2l_nlp.grading.checks.tools import seeded
+
+    for ex in exercises:
+        ref = reference(ex.practical)
+        for target in ex.targets:
+            if not hasattr(ref, target):
+                raise BundleError(
+                    f"the hidden exercise {ex.name!r} targets {target!r}, which "
+                    f"solutions/{ex.practical}.py does not define"
+                )
+        for seed in (secrets.randbits(62) + 1 for _ in range(seeds)):
+            for chk in ex.checks:
+                with seeded(seed):
+                    try:
+                        run_check(ex, chk, ref, ref, [])
+                        err = None
+                    except Exception as caught:  # noqa: BLE001 - said below
+                        err = caught
+                status, message = outcome(err, set())
+                if status != "passed":
+                    first = message.strip().splitlines()[0] if message.strip() else status
+                    raise BundleError(
+                        f"the reference fails the hidden check {ex.name}/{chk.name} on grading "
+                        f"seed {seed}: {first}"
+                    )
 
 
 PLACEHOLDER = "https://github.com/m2l-nlp/m2l-nlp"  # pyproject.toml's until a fork names its own
@@ -264,8 +310,10 @@ def handout(out: Path, root: Path | None = None, repository: str | None = None) 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m m2l_nlp.grading.trusted.bundle")
-    parser.add_argument("what", choices=("autograder", "handout"))
-    parser.add_argument("out", type=Path, help="the zip (autograder) or folder (handout)")
+    parser.add_argument("what", choices=("autograder", "handout", "check-hidden"))
+    parser.add_argument(
+        "out", type=Path, nargs="?", help="the zip (autograder) or folder (handout)"
+    )
     parser.add_argument(
         "--repository", help="the handout's own repository (https://github.com/...)"
     )
@@ -273,6 +321,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The handout's answers are recorded as the graded tests compute them (read when JAX
     # starts its backend, which nothing has done yet in this process).
     os.environ["XLA_FLAGS"] = checking_xla_flags(os.environ.get("XLA_FLAGS", ""))
+    if args.what == "check-hidden":  # make solutions: the hidden checks against the reference
+        try:
+            points = hidden_points(repo_root(), seeds=HIDDEN_SEEDS)
+        except BundleError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        total = sum(points.values())
+        print(f"hidden checks: {total:g} points, passed by the reference on {HIDDEN_SEEDS} seeds")
+        return 0
+    if args.out is None:
+        parser.error(f"{args.what}: give the output path")
     try:
         if args.what == "autograder":
             path = autograder(args.out)

@@ -551,8 +551,12 @@ def grade(
             for practical in batch.practicals:
                 batch.check_reference(practical)
         except (GraderBroken, WorkerUnavailable) as err:
-            for _, results_path in jobs:  # each student reads why; the instructor, main()'s line
-                write_json_atomic(results_path, _failed(f"The autograder could not grade: {err}"))
+            # The machine's problem is said to the student; the reference's (which may name a
+            # hidden check and its inputs) only in the log, and main()'s line.
+            said = err if isinstance(err, WorkerUnavailable) else "your instructor has the details"
+            for _, results_path in jobs:
+                write_json_atomic(results_path, _failed(f"The autograder could not grade: {said}"))
+            log(f"error: {err}")
             raise
         budget = int(batch.settings.memory_budget_mb * 2**20)
         batch.watch = MemoryWatch(

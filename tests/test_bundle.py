@@ -1,0 +1,74 @@
+"""The bundles' checks of the hidden exercises (m2l_nlp/grading/trusted/bundle.py), made
+before a class sees them; the handout's own README and Makefile: test_handout.py."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from m2l_nlp.grading.trusted.bundle import BundleError, hidden_points
+
+HEADER = """
+from m2l_nlp.grading.checks.registry import exercise
+from m2l_nlp.grading.checks.tools import fail, grading_seed
+"""
+
+
+def _root(tmp_path: Path, hidden: str) -> Path:
+    (tmp_path / "solutions" / "hidden").mkdir(parents=True)
+    (tmp_path / "solutions" / "hidden" / "practical2_transformers.py").write_text(HEADER + hidden)
+    return tmp_path
+
+
+def test_a_hidden_exercise_with_a_public_name_is_refused_naming_both(tmp_path):
+    root = _root(
+        tmp_path,
+        'ex = exercise("positional_encoding", "practical2_transformers", 5, '
+        '("PositionalEncoding",), hidden=True)\n',
+    )
+    with pytest.raises(BundleError, match="hidden exercise 'positional_encoding' has the name"):
+        hidden_points(root)
+
+
+def test_a_hidden_exercise_that_targets_an_unknown_name_is_refused(tmp_path):
+    root = _root(
+        tmp_path,
+        'ex = exercise("hidden_x", "practical2_transformers", 5, ("NoSuchLayer",), hidden=True)\n'
+        "@ex.check\ndef check_x(ctx):\n    pass\n",
+    )
+    with pytest.raises(BundleError, match="targets 'NoSuchLayer', which solutions/practical2"):
+        hidden_points(root, seeds=5)
+
+
+def test_a_hidden_check_the_reference_fails_on_a_grading_seed_is_refused(tmp_path):
+    """It passes on the local seed 0 (as pytest would run it), fails on any other."""
+    root = _root(
+        tmp_path,
+        'ex = exercise("hidden_y", "practical2_transformers", 5, ("scaled_dot_product",), '
+        "hidden=True)\n"
+        "@ex.check\ndef check_y(ctx):\n    if grading_seed() != 0:\n"
+        '        fail("only at seed 0")\n',
+    )
+    assert hidden_points(root) == {"practical2_transformers": 5.0}  # importing alone passes
+    with pytest.raises(BundleError, match=r"fails the hidden check hidden_y/y on grading seed"):
+        hidden_points(root, seeds=5)
+
+
+def test_a_reference_that_fails_at_grading_names_no_hidden_check_to_students(
+    tmp_path, monkeypatch, capsys
+):
+    from m2l_nlp.grading.trusted import grader
+
+    def reference_pass(*args, **kwargs):
+        raise grader.GraderBroken("the reference fails hidden_y/y: inputs (2, 3)")
+
+    monkeypatch.setenv("M2L_GRADER_USER", "root")
+    monkeypatch.setattr(grader, "reference_pass", reference_pass)
+    (tmp_path / "submission").mkdir()
+    results = tmp_path / "results.json"
+    assert grader.main([str(tmp_path / "submission"), str(results)]) == 1
+    said = json.loads(results.read_text())["output"]
+    assert "hidden_y" not in said and "instructor has the details" in said
+    assert "hidden_y" in capsys.readouterr().out  # the hidden log
