@@ -1080,5 +1080,6 @@ def test_partial_credit_and_visible_hidden_checks_through_run_autograder(graded,
     assert "(3 points)" in tests["scaled_dot_product"]["output"]
     assert tests["multihead_attention"]["score"] == 0  # not started
     hidden = tests["attention_beyond_the_examples (hidden)"]
-    assert hidden["visibility"] == "visible" and hidden["score"] == 5  # its gate passes
+    assert hidden["visibility"] == "visible" and hidden["score"] == 0  # a gate: MHA not started
+    assert "longer_sequences_through_heads" in hidden["output"] or "not started" in hidden["output"]
     assert data["score"] == P1_POINTS + 12  # the hidden points are not counted

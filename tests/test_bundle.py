@@ -36,7 +36,7 @@ def test_a_hidden_exercise_that_targets_an_unknown_name_is_refused(tmp_path):
     root = _root(
         tmp_path,
         'ex = exercise("hidden_x", "practical2_transformers", 5, ("NoSuchLayer",), hidden=True)\n'
-        "@ex.check\ndef check_x(ctx):\n    pass\n",
+        "@ex.check(gate=True)\ndef check_x(ctx):\n    pass\n",
     )
     with pytest.raises(BundleError, match="targets 'NoSuchLayer', which solutions/practical2"):
         hidden_points(root, seeds=5)
@@ -48,7 +48,7 @@ def test_a_hidden_check_the_reference_fails_on_a_grading_seed_is_refused(tmp_pat
         tmp_path,
         'ex = exercise("hidden_y", "practical2_transformers", 5, ("scaled_dot_product",), '
         "hidden=True)\n"
-        "@ex.check\ndef check_y(ctx):\n    if grading_seed() != 0:\n"
+        "@ex.check(gate=True)\ndef check_y(ctx):\n    if grading_seed() != 0:\n"
         '        fail("only at seed 0")\n',
     )
     assert hidden_points(root) == {"practical2_transformers": 5.0}  # importing alone passes
@@ -72,3 +72,20 @@ def test_a_reference_that_fails_at_grading_names_no_hidden_check_to_students(
     said = json.loads(results.read_text())["output"]
     assert "hidden_y" not in said and "instructor has the details" in said
     assert "hidden_y" in capsys.readouterr().out  # the hidden log
+
+
+def test_an_exercise_whose_gates_leave_a_target_uncovered_is_refused(tmp_path):
+    root = _root(
+        tmp_path,
+        'ex = exercise("hidden_z", "practical2_transformers", 5, '
+        '("scaled_dot_product", "MultiheadAttention"), hidden=True)\n'
+        '@ex.check(gate=True, covers=("scaled_dot_product",))\ndef check_z(ctx):\n    pass\n',
+    )
+    with pytest.raises(BundleError, match="'hidden_z': no gate check compares MultiheadAttention"):
+        hidden_points(root)
+
+
+def test_gates_chosen_in_grading_toml_must_cover_every_target(tmp_path):
+    (tmp_path / "grading.toml").write_text('[gates]\nmulti_hot = ["mh_shape_dtype"]\n')
+    with pytest.raises(BundleError, match="'multi_hot': no gate check compares multi_hot"):
+        hidden_points(tmp_path)

@@ -29,7 +29,7 @@ longer = exercise(
 )
 
 
-@longer.check(gate=True)
+@longer.check(gate=True, covers=("scaled_dot_product",))
 def check_longer_sequences_and_more_axes(ctx):
     """`scaled_dot_product` with three leading axes and 40 keys matches the reference."""
     rng = ctx.rng()
@@ -40,6 +40,20 @@ def check_longer_sequences_and_more_axes(ctx):
     got = jitted(ctx.student.scaled_dot_product)(q, k, v, mask)
     expect_close(got[1], want[1], "the attention weights (three leading axes, 40 keys)")
     expect_close(got[0], want[0], "the values (three leading axes, 40 keys)")
+
+
+@longer.check(gate=True, covers=("MultiheadAttention",))
+def check_longer_sequences_through_heads(ctx):
+    """`MultiheadAttention` on 30 keys and a random mask matches the reference."""
+    rng = ctx.rng()
+    q, k, v = normal(rng, B, 11, D), normal(rng, B, 30, D), normal(rng, B, 30, D)
+    mask = (rng.random((B, 11, 30)) < 0.6).astype(np.int32)
+    mask[..., 0] = 1
+    params = perturb(run_haiku(_mha_build, ctx.ref, None, q, k, v, mask), ctx.rng("params"))
+    want = run_haiku(_mha_build, ctx.ref, params, q, k, v, mask)
+    got = run_haiku(_mha_build, ctx.student, params, q, k, v, mask)
+    expect_close(got[0], want[0], "MultiheadAttention's output (30 keys, a random mask)")
+    expect_close(got[1], want[1], "MultiheadAttention's weights (30 keys, a random mask)")
 
 
 @longer.check

@@ -106,11 +106,12 @@ def _with_settings(ex: Exercise, chosen: grading_settings.GradingSettings) -> Ex
     )
 
 
-def load_exercises() -> dict[str, Exercise]:
+def load_exercises(root: Path | None = None) -> dict[str, Exercise]:
     """Import every check module and return ``{exercise name: Exercise}`` in teaching order,
-    as ``grading.toml`` sets them (the hidden ones too, once :func:`load_hidden` ran)."""
+    as ``grading.toml`` (of ``root``, the repository's by default) sets them (the hidden
+    ones too, once :func:`load_hidden` ran)."""
     _import_extra_modules()
-    chosen = read_settings()
+    chosen = read_settings(root)
     return {name: _with_settings(ex, chosen) for name, ex in registered().items()}
 
 

@@ -28,6 +28,7 @@ class Check:
     doc: str
     gate: bool = False  # under partial credit, the exercise earns nothing unless it passes
     weight: float = 1.0  # its share of the exercise's points under partial credit
+    covers: tuple[str, ...] = ()  # the targets it compares with the reference, on general inputs
 
 
 @dataclasses.dataclass
@@ -58,18 +59,38 @@ class Exercise:
     partial: bool = False
     hidden: bool = False
 
-    def check(self, func: Callable[[Any], None] | None = None, *, gate: bool = False) -> Any:
+    def check(
+        self,
+        func: Callable[[Any], None] | None = None,
+        *,
+        gate: bool = False,
+        covers: tuple[str, ...] | None = None,
+    ) -> Any:
         """Decorator: register ``func(ctx)`` as a check; its docstring is the description.
         ``@ex.check(gate=True)``: under partial credit, nothing is earned unless it passes
-        (a comparison with the reference, so that trivial code earns nothing)."""
+        (a comparison with the reference, so that trivial code earns nothing). ``covers``:
+        the targets it compares with the reference on general inputs (a gate of a
+        one-target exercise covers that target); every target needs a gate that covers it
+        (:meth:`uncovered`)."""
         if func is None:
-            return lambda f: self.check(f, gate=gate)
+            return lambda f: self.check(f, gate=gate, covers=covers)
         name = func.__name__.removeprefix("check_")
         if any(c.name == name for c in self.checks):
             raise ValueError(f"exercise {self.name!r} already has a check named {name!r}")
+        if covers is None:
+            covers = self.targets if gate and len(self.targets) == 1 else ()
+        unknown = [t for t in covers if t not in self.targets]
+        if unknown:
+            raise ValueError(f"check {name!r} of {self.name!r} covers {unknown}, not a target")
         doc = (func.__doc__ or name).strip().splitlines()[0]
-        self.checks.append(Check(name, func, doc, gate))
+        self.checks.append(Check(name, func, doc, gate, covers=tuple(covers)))
         return func
+
+    def uncovered(self) -> list[str]:
+        """The targets that no gate check compares with the reference: trivial code there
+        (uniform attention, zeros, the input returned) could earn points."""
+        covered = {t for c in self.checks if c.gate for t in c.covers}
+        return [t for t in self.targets if t not in covered]
 
 
 _REGISTRY: dict[str, Exercise] = {}

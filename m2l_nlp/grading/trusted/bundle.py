@@ -112,8 +112,16 @@ def hidden_points(root: Path, seeds: int = 0) -> dict[str, float]:
     try:
         with hidden_checks(root) as hidden:
             read_settings(root)
-            exercises = load_exercises()
+            exercises = load_exercises(root)
+            _check_targets([exercises[name] for name in hidden])
             for ex in exercises.values():
+                if ex.uncovered():
+                    raise BundleError(
+                        f"the exercise {ex.name!r}: no gate check compares "
+                        f"{', '.join(ex.uncovered())} with the reference, so trivial code "
+                        "there could earn points (a gate in grading.toml [gates], or "
+                        "@ex.check(gate=True, covers=...))"
+                    )
                 if ex.name in hidden:
                     points[ex.practical] = points.get(ex.practical, 0.0) + ex.points
             if seeds:
@@ -126,6 +134,18 @@ def hidden_points(root: Path, seeds: int = 0) -> dict[str, float]:
     return points
 
 
+def _check_targets(exercises: Sequence[Any]) -> None:
+    from m2l_nlp.grading.checks.runner import reference
+
+    for ex in exercises:
+        for target in ex.targets:
+            if not hasattr(reference(ex.practical), target):
+                raise BundleError(
+                    f"the hidden exercise {ex.name!r} targets {target!r}, which "
+                    f"solutions/{ex.practical}.py does not define"
+                )
+
+
 def check_hidden(exercises: Sequence[Any], seeds: int = HIDDEN_SEEDS) -> None:
     """Raise :class:`BundleError` for a hidden exercise that targets a name its practical
     does not define, or whose check the reference fails on one of ``seeds`` fresh grading
@@ -133,14 +153,9 @@ def check_hidden(exercises: Sequence[Any], seeds: int = HIDDEN_SEEDS) -> None:
     from m2l_nlp.grading.checks.runner import outcome, reference, run_check
     from m2l_nlp.grading.checks.tools import seeded
 
+    _check_targets(exercises)
     for ex in exercises:
         ref = reference(ex.practical)
-        for target in ex.targets:
-            if not hasattr(ref, target):
-                raise BundleError(
-                    f"the hidden exercise {ex.name!r} targets {target!r}, which "
-                    f"solutions/{ex.practical}.py does not define"
-                )
         for seed in (secrets.randbits(62) + 1 for _ in range(seeds)):
             for chk in ex.checks:
                 with seeded(seed):

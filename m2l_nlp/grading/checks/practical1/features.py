@@ -197,7 +197,7 @@ def check_bag_hand_example(ctx):
         )
 
 
-@bob.check(gate=True)
+@bob.check(gate=True, covers=("bigram_ids", "bag_of_bigrams"))
 def check_bigrams_match_reference(ctx):
     """Random batches match the reference for both functions (under jax.jit)."""
     rng = ctx.rng()
@@ -277,7 +277,7 @@ def check_tfidf_hand_example(ctx):
     )
 
 
-@tf.check(gate=True)
+@tf.check(gate=True, covers=("fit_idf", "tfidf"))
 def check_tfidf_matches_reference(ctx):
     """Random features (with empty rows) match the reference for both functions (jax.jit)."""
     rng = ctx.rng()

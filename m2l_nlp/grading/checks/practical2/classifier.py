@@ -49,7 +49,7 @@ def _pool_inputs(rng):
     return x, mask
 
 
-@clf.check(gate=True)
+@clf.check(gate=True, covers=("masked_pool",))
 def check_pool_matches_reference(ctx):
     """`masked_pool` matches the reference for mean, max and mean_max (incl. an empty row)."""
     x, mask = _pool_inputs(ctx.rng())
@@ -117,7 +117,7 @@ def _clf(pooling: str, p: float, is_train: bool):
     return build
 
 
-@clf.check(gate=True)
+@clf.check(gate=True, covers=("TransformerClassifier",))
 def check_classifier_matches_reference(ctx):
     """Logits `(B,)` match the reference for every pooling (evaluation, under jax.jit)."""
     rng = ctx.rng()

@@ -102,7 +102,7 @@ def check_table_shape_dtype(ctx):
         )
 
 
-@pe.check(gate=True)
+@pe.check(gate=True, covers=("sinusoidal_encoding",))
 def check_table_closed_form(ctx):
     """PE[pos, 2i] = sin(pos / 10000^(2i/D)), PE[pos, 2i+1] = cos(same), odd D too."""
     for max_len, d_model in _table_sizes(ctx):
@@ -125,7 +125,7 @@ def _pe(p: float, is_train: bool, max_len: int = 20):
     return build
 
 
-@pe.check(gate=True)
+@pe.check(gate=True, covers=("PositionalEncoding",))
 def check_adds_table(ctx):
     """In evaluation, the output is `x + table[:S]` (under jax.jit)."""
     rng = ctx.rng()

@@ -1,0 +1,139 @@
+"""Gates on every target: trivial code in place of any target of any exercise (hidden ones
+included) earns nothing, all or nothing and under partial credit alike. The reference, in
+the same namespace machinery, earns every point (so the variants, not the setup, fail)."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import types
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from m2l_nlp.grading.checks.catalog import hidden_checks, load_exercises
+from m2l_nlp.grading.checks.registry import Exercise
+from m2l_nlp.grading.checks.runner import CheckResult, ExerciseResult, outcome, reference, run_check
+
+pytestmark = pytest.mark.slow
+
+
+def _zeros(out):
+    return jax.tree_util.tree_map(jnp.zeros_like, out)
+
+
+def _function_variants(ref_fn: Callable) -> dict[str, Callable]:
+    def zeros(*args, **kwargs):
+        return _zeros(ref_fn(*args, **kwargs))
+
+    def the_input(*args, **kwargs):
+        return args[0]
+
+    variants = {"zeros": zeros, "the input": the_input}
+    if ref_fn.__name__ == "scaled_dot_product":
+
+        def uniform(q, k, v, mask=None):  # every visible key weighted alike
+            weights = jnp.ones((*q.shape[:-1], k.shape[-2]), q.dtype)
+            if mask is not None:
+                weights = weights * jnp.broadcast_to(mask, weights.shape)
+            weights = weights / jnp.maximum(weights.sum(-1, keepdims=True), 1)
+            return weights @ v, weights
+
+        variants["uniform"] = uniform
+    return variants
+
+
+def _class_variants(ref_cls: type) -> dict[str, type]:
+    class Zeros(ref_cls):
+        def __call__(self, *args, **kwargs):
+            return _zeros(super().__call__(*args, **kwargs))
+
+    class TheInput(ref_cls):
+        def __call__(self, *args, **kwargs):
+            out = super().__call__(*args, **kwargs)
+            first = out[0] if isinstance(out, tuple) else out
+            x = args[0] if args[0].shape == first.shape else jnp.zeros_like(first)
+            return (x, *out[1:]) if isinstance(out, tuple) else x
+
+    variants = {"zeros": Zeros, "the input": TheInput}
+    if ref_cls.__name__ == "MultiheadAttention":
+
+        class Uniform(ref_cls):  # queries of zeros: every visible key weighted alike
+            def __init__(self, *args, **kwargs):
+                super().__init__(*args, **kwargs)
+                projection = self.proj_q
+                self.proj_q = lambda x: jnp.zeros_like(projection(x))
+
+        variants["uniform"] = Uniform
+    for variant in variants.values():
+        variant.__name__ = ref_cls.__name__  # haiku names its parameters after the class
+    return variants
+
+
+def _variants(ref, target: str) -> dict[str, object]:
+    value = getattr(ref, target)
+    return _class_variants(value) if inspect.isclass(value) else _function_variants(value)
+
+
+def _grade(ex: Exercise, student, ref) -> ExerciseResult:
+    results = []
+    for chk in ex.checks:
+        try:
+            run_check(ex, chk, student, ref, [vars(student)])
+            err = None
+        except Exception as caught:  # noqa: BLE001 - classified as the grader does
+            err = caught
+        status, message = outcome(err, {student.__file__})
+        results.append(CheckResult(ex.name, chk.name, status, message))
+    return ExerciseResult(ex, results)
+
+
+def _namespace(ref, **replaced) -> types.ModuleType:
+    module = types.ModuleType("trivial_submission")
+    module.__dict__.update({k: v for k, v in vars(ref).items() if not k.startswith("__")})
+    module.__dict__.update(replaced)
+    module.__file__ = "trivial_submission.py"
+    return module
+
+
+def _points(result: ExerciseResult) -> tuple[float, float]:
+    """(all or nothing, partial credit)."""
+    ex = result.exercise
+    return tuple(
+        ExerciseResult(dataclasses.replace(ex, partial=partial), result.checks).points
+        for partial in (False, True)
+    )
+
+
+def _cases() -> list[tuple[str, str, str]]:
+    with hidden_checks():
+        exercises = load_exercises()
+        return [
+            (ex.name, target, variant)
+            for ex in exercises.values()
+            for target in ex.targets
+            for variant in _variants(reference(ex.practical), target)
+        ]
+
+
+@pytest.fixture(scope="module")
+def exercises():
+    with hidden_checks():
+        yield load_exercises()
+
+
+def test_the_reference_in_the_same_machinery_earns_every_point(exercises):
+    for ex in exercises.values():
+        ref = reference(ex.practical)
+        assert _points(_grade(ex, _namespace(ref), ref)) == (ex.points, ex.points), ex.name
+
+
+@pytest.mark.parametrize(("name", "target", "variant"), _cases())
+def test_trivial_code_for_any_target_earns_nothing(exercises, name, target, variant):
+    ex = exercises[name]
+    ref = reference(ex.practical)
+    student = _namespace(ref, **{target: _variants(ref, target)[variant]})
+    result = _grade(ex, student, ref)
+    assert _points(result) == (0.0, 0.0), [(c.check, c.status) for c in result.checks]
