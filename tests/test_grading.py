@@ -511,6 +511,68 @@ MUTATIONS = {
     ],
 }
 
+# Slips whose message must name them, each also a mutant of its exercise:
+# (exercise, label, edits, the check whose message is read, words of its hint).
+NAMED_SLIPS = [
+    (
+        "multihead_attention",
+        "keys projected with proj_q",
+        [("split_heads(self.proj_k(k))", "split_heads(self.proj_q(k))")],
+        "mha_matches_reference",
+        "Your keys are projected with proj_q",
+    ),
+    (
+        "multihead_attention",
+        "output projection left out",
+        [("return self.proj_o(out), weights", "return out, weights")],
+        "mha_matches_reference",
+        "leaves out the output projection",
+    ),
+    (
+        "multihead_attention",
+        "a (B, 1, S_k) mask handled as (B, S_k)",
+        [("if mask.ndim == 2:", "if mask.ndim >= 2:")],
+        "mha_masks",
+        "a (B, 1, S_k) mask must become (B, 1, 1, S_k)",
+    ),
+    (
+        "scaled_dot_product",
+        "mask applied after the softmax",
+        [
+            (
+                "        scores = jnp.where(jnp.asarray(mask) != 0, scores, "
+                "jnp.finfo(scores.dtype).min)\n",
+                "        pass\n",
+            ),
+            (
+                "    return values, unnormalised / total",
+                "    weights = unnormalised / total\n"
+                "    if mask is not None:\n"
+                "        weights = jnp.where(jnp.asarray(mask) != 0, weights, 0.0)\n"
+                "    return jnp.matmul(weights, v), weights",
+            ),
+        ],
+        "masked_keys_get_zero_weight",
+        "the mask is applied after the softmax",
+    ),
+    (
+        "positional_encoding",
+        "the result of pe.at[...].set thrown away",
+        [
+            ("    table[:, 0::2] = np.sin(angles)", "    jnp.asarray(table).at[:, 0::2].set(1.0)"),
+            (
+                "    table[:, 1::2] = np.cos(angles[:, : d_model // 2])",
+                "    jnp.asarray(table).at[:, 1::2].set(1.0)",
+            ),
+        ],
+        "table_closed_form",
+        "`pe = pe.at[...].set(...)`",
+    ),
+]
+for _exercise, _label, _edits, _check, _hint in NAMED_SLIPS:
+    MUTATIONS[_exercise].append((_label, _edits))
+
+
 ALTERNATIVES = {
     "scaled_dot_product": [
         (
@@ -1094,3 +1156,15 @@ def test_a_graded_run_keeps_its_programs_on_disk_for_the_next_run(tmp_path, monk
     run = _pytest(root, "-m", "scaled_dot_product")
     assert run.returncode == 0, run.stdout + run.stderr
     assert len(list((cache / "jax").glob("*"))) >= 5  # the checks' programs, each a file
+
+
+@pytest.mark.parametrize(
+    ("name", "edits", "check", "hint"),
+    [(name, edits, check, hint) for name, _, edits, check, hint in NAMED_SLIPS],
+    ids=[label for _, label, *_ in NAMED_SLIPS],
+)
+def test_a_named_slip_gets_a_hint_that_names_it(tmp_path, name, edits, check, hint):
+    result = grade(_module_from(_apply(edits), tmp_path), name)
+    messages = {c.check: c.message for c in result.checks}
+    assert hint in messages[check], messages[check]
+    assert "Is the softmax taken over the last axis?" not in messages[check]

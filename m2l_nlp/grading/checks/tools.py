@@ -158,7 +158,12 @@ def expect_close(
     evaluation-mode output"), for the message.
     """
     want = np.asarray(want)
-    got = expect_array(got, name, shape=want.shape, finite=False)
+    try:
+        got = expect_array(got, name, shape=want.shape, finite=False)
+    except CheckFailure as failure:  # a wrong shape has its hint too (a mask's, say)
+        if not hint:
+            raise
+        raise CheckFailure(f"{failure}. {hint}") from None
     if got.dtype.kind not in "fciub":
         fail(f"{name} should hold numbers; yours has dtype {got.dtype}")
     got64 = got.astype(np.float64)

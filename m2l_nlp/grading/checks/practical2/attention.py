@@ -18,7 +18,7 @@ from m2l_nlp.grading.checks.practical2.common import (
     _kind,
     _mask,
 )
-from m2l_nlp.grading.checks.registry import exercise
+from m2l_nlp.grading.checks.registry import CheckFailure, exercise
 from m2l_nlp.grading.checks.tools import (
     builder,
     expect_array,
@@ -146,6 +146,16 @@ def check_masked_keys_get_zero_weight(ctx):
                 f"{w[at]:.4g}; hidden keys must get weight 0. Replace their scores by a very "
                 "negative number before the softmax (keep scores where mask != 0)"
             )
+        plain = np.asarray(jitted(ctx.ref.scaled_dot_product)(q, k, v)[1], np.float64)
+        if not np.allclose(w.sum(-1), 1.0, atol=1e-4) and np.allclose(
+            w, plain * ~hidden, atol=1e-5
+        ):
+            fail(
+                f"with {label} mask, hidden keys get weight 0 but the visible keys' weights no "
+                "longer sum to 1: the mask is applied after the softmax. Mask the scores "
+                "before it (a very negative score for hidden keys), so that the softmax shares "
+                "all the weight among the visible keys"
+            )
         expect_rows_sum_to_one(w, f"the attention weights (with {label} mask)")
 
 
@@ -270,22 +280,70 @@ def check_mha_shapes(ctx):
         expect_array(weights, "the attention weights", shape=shape, axes="(B, h, S_q, S_k)")
 
 
+_HEADS_HINT = (
+    "Split the last axis into (h, D // h), in that order, then move h before S; after "
+    "the attention, move h back after S before merging the heads into (B, S, D)."
+)
+
+
+def _mha_hint(ctx, params, q, k, v, got, want) -> str:
+    """Name the slip: the reference on altered parameters (no output projection, keys or
+    values projected with another's weights) gives the student's output; or the weights
+    match and the slip is in merging the heads; else the head split."""
+    try:
+        out, weights = (np.asarray(x, np.float64) for x in got)
+    except (TypeError, ValueError):
+        return _HEADS_HINT
+    name = {key.rsplit("/", 1)[-1]: key for key in params}
+    identity = {"w": np.eye(D, dtype=np.float32), "b": np.zeros(D, np.float32)}
+    slips = (
+        (
+            {name["proj_o"]: identity},
+            "Yours leaves out the output projection: return self.proj_o of the merged heads.",
+        ),
+        (
+            {name["proj_k"]: params[name["proj_q"]]},
+            "Your keys are projected with proj_q: "
+            "project k with self.proj_k (and v with self.proj_v).",
+        ),
+        (
+            {name["proj_v"]: params[name["proj_q"]]},
+            "Your values are projected with proj_q: project v with self.proj_v.",
+        ),
+        (
+            {name["proj_v"]: params[name["proj_k"]]},
+            "Your values are projected with proj_k: project v with self.proj_v.",
+        ),
+    )
+    for change, hint in slips:
+        try:
+            slipped = run_haiku(_mha_build, ctx.ref, {**params, **change}, q, k, v)
+        except Exception:  # noqa: BLE001 - recorded answers (a handout) hold no such question
+            break
+        if out.shape == slipped[0].shape and np.allclose(out, slipped[0], atol=1e-4):
+            return hint
+    ref_weights = np.asarray(want[1], np.float64)
+    if weights.shape == ref_weights.shape and np.allclose(weights, ref_weights, atol=1e-5):
+        return (
+            "Your attention weights match, so look after the attention: move h back after S "
+            "(swap axes -3 and -2) before merging the heads into (B, S, D), then apply proj_o."
+        )
+    return _HEADS_HINT
+
+
 @mha.check(gate=True)
 def check_mha_matches_reference(ctx):
     """Output and weights match the reference (cross-attention, no mask, under jax.jit)."""
     q, k, v = _mha_inputs(ctx.rng())
-    _compare_module(
-        ctx,
-        _mha_build,
-        q,
-        k,
-        v,
-        names=("the output", "the attention weights"),
-        hint=(
-            "Split the last axis into (h, D // h), in that order, then move h before S; after "
-            "the attention, move h back after S before merging the heads into (B, S, D)."
-        ),
-    )
+    params = perturb(run_haiku(_mha_build, ctx.ref, None, q, k, v), ctx.rng("params"))
+    want = run_haiku(_mha_build, ctx.ref, params, q, k, v)
+    got = run_haiku(_mha_build, ctx.student, params, q, k, v)
+    got = _expect_tuple(got, 2, "MultiheadAttention")
+    try:
+        expect_close(got[0], want[0], "the output")
+        expect_close(got[1], want[1], "the attention weights")
+    except CheckFailure as failure:  # the hint costs a few runs of the reference: only now
+        raise CheckFailure(f"{failure} {_mha_hint(ctx, params, q, k, v, got, want)}") from None
 
 
 @mha.check

@@ -51,6 +51,11 @@ _TABLE_SLIPS = (
         "cos(0) = 1 alternating.",
     ),
     (
+        lambda ref, n, d: np.zeros((n, d)),
+        "Yours is all zeros: JAX arrays cannot change, so `pe.at[...].set(...)` returns a new "
+        "array and leaves `pe` as it was. Keep what it returns: `pe = pe.at[...].set(...)`.",
+    ),
+    (
         lambda ref, n, d: ref(n, 2 * d)[:, :d],
         "Yours divides by 10000^(i / d_model) with i the number of the pair: the exponent is "
         "2i / d_model, the index of the pair's even feature.",
