@@ -96,6 +96,25 @@ def test_handout_grades_without_solutions(tmp_path):
     assert tests["scaled_dot_product"]["score"] == 0
     assert "without dividing the scores" in tests["scaled_dot_product"]["output"]
     assert "fix that first" in tests["multihead_attention"]["output"]  # its own sdp is used
+    notebook = (  # a notebook's check() says the same
+        "import importlib.util\n"
+        "path = 'exercises/practical2_transformers.py'\n"
+        "spec = importlib.util.spec_from_file_location('p2', path)\n"
+        "module = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(module)\n"
+        "from m2l_nlp.grading import check\n"
+        "print(check('multihead_attention', module.MultiheadAttention, verbose=False).note)\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("M2L_ROOT", "M2L_IMPL")}
+    said = subprocess.run(
+        [sys.executable, "-c", notebook],
+        cwd=out,
+        env={**env, "PYTHONPATH": str(out)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert "calls your scaled_dot_product" in said.stdout, said.stdout + said.stderr[-2000:]
     assert tests["positional_encoding"]["score"] == tests["positional_encoding"]["max_score"]
     assert f"{graded['score']:g} / 170" in terminal
     assert "10 more points are graded by the autograder only" in terminal

@@ -8,7 +8,9 @@ Pass the function or class the exercise asks for (several for exercises with sev
 e.g. ``check("positional_encoding", sinusoidal_encoding, PositionalEncoding)``); a part that
 is not passed is looked up in the notebook's namespace. Components from earlier exercises
 that yours call (e.g. ``MultiheadAttention`` inside ``EncoderBlock``) are replaced by the
-reference ones while checking, exactly as ``pytest`` does, so each mistake counts once.
+reference ones while checking, exactly as ``pytest`` does, so each mistake counts once;
+where only recorded answers stand for the reference (a handout), your own are called, and a
+failure says which of them fails too, as ``pytest`` does.
 """
 
 from __future__ import annotations
@@ -16,13 +18,15 @@ from __future__ import annotations
 import contextlib
 import inspect
 from collections.abc import Iterator
+from types import ModuleType
 from typing import Any
 
-from m2l_nlp.grading.checks.catalog import get_exercise
+from m2l_nlp.grading.checks.catalog import get_exercise, load_exercises
 from m2l_nlp.grading.checks.runner import (
     CheckResult,
     ExerciseResult,
     StudentNamespace,
+    blame_earlier,
     globals_of,
     outcome,
     reference,
@@ -100,9 +104,26 @@ def check(exercise: str, *objects: Any, verbose: bool = True, **named: Any) -> E
             status, message = outcome(err, files)
             results.append(CheckResult(ex.name, chk.name, status, message))
     result = ExerciseResult(ex, results)
+    if result.status == "failed" and not isinstance(ref, ModuleType):
+        _blame_earlier(result, spaces + [caller])
     if verbose:
         print(result)
     return result
+
+
+def _blame_earlier(result: ExerciseResult, spaces: list[dict[str, Any]]) -> None:
+    """Where no reference stands in for the earlier work this exercise calls (a handout's
+    recorded answers), check that work too and say, as ``pytest`` does, which of it fails."""
+    earlier: list[ExerciseResult] = []
+    for name in result.exercise.uses:
+        owner = next((e for e in load_exercises().values() if name in e.targets), None)
+        space = next((s for s in spaces if name in s), None)
+        if owner is None or space is None or any(r.exercise.name == owner.name for r in earlier):
+            continue
+        parts = {t: space[t] for t in owner.targets if t in space}
+        if len(parts) == len(owner.targets):
+            earlier.append(check(owner.name, verbose=False, **parts))
+    blame_earlier([*earlier, result])
 
 
 @contextlib.contextmanager
