@@ -202,6 +202,12 @@ def _preset_name(args: argparse.Namespace) -> str:
     return SMALL_DATA_PRESET if args.data == "small" else DEFAULT_PRESET
 
 
+_IMPL_WORDS = {
+    "exercises": "your modules",
+    "solutions": "the reference; --impl exercises trains yours",
+}
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     from m2l_nlp.data.imdb_archive import check_source
     from m2l_nlp.data.pipeline import default_cache_dir, prepare_for
@@ -233,6 +239,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         print(f"error: {problem}", file=sys.stderr)
         return 2
     with open_run(out, overwrite=args.overwrite, resume=args.resume) as folder:
+        print(f"model: {args.impl}/ ({_IMPL_WORDS[args.impl]})")
         print(f"devices: {devices.describe_devices()}")
         print(f"preset {name}: {preset.description}")
         if args.set:
@@ -349,6 +356,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``m2l-nlp``; returns the exit code."""
     from m2l_nlp.data.imdb_archive import DataError
     from m2l_nlp.data.pipeline import compilation_cache_dir
+    from m2l_nlp.model.classifiers import ModelOutputError
     from m2l_nlp.runs.checkpoint import CheckpointError
     from m2l_nlp.runs.folders import RunFolderError
     from m2l_nlp.runs.predict_input import InputError
@@ -363,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "train":
             return cmd_train(args)
         return cmd_predict(args)
-    except (DataError, CheckpointError, RunFolderError, InputError) as error:  # what to do
+    except (DataError, CheckpointError, RunFolderError, InputError, ModelOutputError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except OSError as error:  # a full disk, a folder we may not write in, ...

@@ -377,3 +377,38 @@ def test_a_run_whose_loss_stops_being_finite_keeps_the_old_run_and_its_last_fini
     assert cli.main([*args, "--resume"]) == 0
     assert "resuming after epoch 1 of 2" in capsys.readouterr().out
     assert len(json.loads((out / "metrics.json").read_text())["history"]["loss"]) == 2
+
+
+def test_a_model_with_the_wrong_output_shape_is_refused_before_training(tmp_path):
+    """A classifier giving (B, 1) instead of (B,) once trained to "train_acc 8.0968" and a
+    test accuracy of 0.5; now one line names the shape and the exercise, exit 2, no run."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    repo = tmp_path / "repo"
+    shutil.copytree(root / "solutions", repo / "exercises", ignore=shutil.ignore_patterns("hidden"))
+    path = repo / "exercises" / "practical2_transformers.py"
+    text = path.read_text()
+    right = (
+        '    return TransformerClassifier(config or ClassifierConfig(), name="classifier")(\n'
+        "        input_ids, mask, is_train\n    )\n"
+    )
+    assert right in text
+    wrong = right.replace("    return ", "    logits = ") + "    return logits[:, None]\n"
+    path.write_text(text.replace(right, wrong, 1))
+    env = {**os.environ, "M2L_ROOT": str(repo)}
+    command = ["train", "--data", "small", "--impl", "exercises", "--out", str(tmp_path / "run")]
+    run = subprocess.run(
+        [sys.executable, "-m", "m2l_nlp.cli", *command, "--no-progress"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 2, run.stdout[-2000:] + run.stderr[-2000:]
+    assert run.stderr.count("\n") == 1 and "Traceback" not in run.stderr
+    assert "shape (2, 1)" in run.stderr and "shape (2,)" in run.stderr
+    assert "pytest -m classifier" in run.stderr
+    assert not (tmp_path / "run").exists()

@@ -101,3 +101,17 @@ def test_backoff_must_name_tokenizer_ids(tiny_config):
     for bad in (np.array([48, 1]), np.array([-1]), np.zeros((2, 2), np.int32)):
         with pytest.raises(ValueError, match="backoff must list"):
             models.pair_tie(bad, tiny_config.vocab_size)
+
+
+def test_a_model_output_of_a_wrong_shape_dtype_or_value_is_refused_in_words():
+    from m2l_nlp.config import PRESETS
+    from m2l_nlp.model.classifiers import ModelOutputError, check_output
+
+    preset, lstm = PRESETS["demo"], PRESETS["lstm"]
+    check_output(preset, np.zeros(4, np.float32), 4, "exercises")  # one logit per review
+    with pytest.raises(ModelOutputError, match=r"shape \(4, 1\).*shape \(4,\).*-m classifier"):
+        check_output(preset, np.zeros((4, 1), np.float32), 4, "exercises")
+    with pytest.raises(ModelOutputError, match="int32"):
+        check_output(preset, np.zeros(4, np.int32), 4, "exercises")
+    with pytest.raises(ModelOutputError, match=r"NaN.*-m lstm_classifier"):
+        check_output(lstm, np.array([0.0, np.nan, 1.0, 2.0], np.float32), 4, "exercises")

@@ -136,13 +136,49 @@ def init_for_preset(
     return funcs, config, params, pair_tie(first, data.vocab_size)
 
 
+# The graded exercise that makes each model's output: where to look when it is wrong.
+OUTPUT_EXERCISE = {
+    TRANSFORMER: "classifier",
+    "bow-mlp": "mlp_classifier",
+    "bigram-mlp": "mlp_classifier",
+    "lstm": "lstm_classifier",
+}
+
+
+class ModelOutputError(ValueError):
+    """The model's output is not one finite logit per review; the message says which
+    exercise to check."""
+
+
+def check_output(preset: Preset, logits: Any, batch: int, impl: Impl) -> None:
+    """Raise :class:`ModelOutputError` unless ``logits`` (a model's output for ``batch``
+    reviews, or its shape and dtype) is ``(batch,)`` of floats, finite where computed: a
+    wrong model would otherwise train to a meaningless accuracy."""
+    exercise = OUTPUT_EXERCISE.get(preset.architecture, "classifier")
+    where = f'`pytest -m {exercise}` (or check("{exercise}", ...) in a notebook) says what is wrong'
+    shape, dtype = tuple(logits.shape), np.dtype(logits.dtype)
+    if shape != (batch,) or not np.issubdtype(dtype, np.floating):
+        raise ModelOutputError(
+            f"the model ({impl}) gives {dtype.name} of shape {shape} for a batch of {batch} "
+            f"reviews; it should give float logits of shape ({batch},), one per review: {where}"
+        )
+    if isinstance(logits, (np.ndarray, jax.Array)) and not np.isfinite(np.asarray(logits)).all():
+        raise ModelOutputError(
+            f"the model ({impl}) gives NaN or infinite logits at initialisation: {where}"
+        )
+
+
 def check_model_builds(preset: Preset, impl: Impl) -> None:
-    """Build and initialise ``preset``'s model on a tiny vocabulary, as a run would: an
-    exercise still to do raises its ``NotImplementedError`` here, traced but not computed,
-    before a run folder is opened or minutes of data preparation start."""
+    """Build and initialise ``preset``'s model on a tiny vocabulary, as a run would, and
+    check the shape and dtype of its output: an exercise still to do raises its
+    ``NotImplementedError`` here, and a wrong output :class:`ModelOutputError`, traced but
+    not computed, before a run folder is opened or minutes of data preparation start."""
     ids = np.ones((2, 8), np.int32)
     funcs, _, _ = for_preset(preset, 16, impl, ids, ids)
-    jax.eval_shape(lambda key: funcs.init_params(key, ids, ids, True), jax.random.PRNGKey(0))
+    key = jax.random.PRNGKey(0)
+    params = jax.eval_shape(lambda k: funcs.init_params(k, ids, ids, True), key)
+    logits = jax.eval_shape(lambda p: funcs.model_fw.apply(p, ids, ids, False), params)
+    check_output(preset, logits, len(ids), impl)
 
 
 def init_params(

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 import haiku as hk
 import jax
+import numpy as np
 
 from m2l_nlp import devices
 from m2l_nlp.config import Preset
@@ -64,6 +65,25 @@ class RunResult(NamedTuple):
     history: dict[str, list[float]]
     test: EvalResult | None
     metrics: dict[str, Any]
+
+
+def _check_first_batch(
+    preset: Preset, funcs: ModelFuncs, params: Any, tie: Any, split: Any, impl: Any
+) -> None:
+    """One batch through the model before the first epoch: a wrong output (shape, dtype,
+    NaN) would otherwise train to a meaningless accuracy. Its shape is traced only; a
+    student's model (not the reference) is run too, for its values."""
+    from m2l_nlp.model import classifiers as models
+
+    ids, mask = (np.asarray(a[:8]) for a in split[:2])
+    label = impl if isinstance(impl, str) else "notebook"
+
+    def forward(p, i, m):  # traced: the pairs' tie compiles nothing eagerly
+        return funcs.model_fw.apply(tie(p) if tie else p, i, m, False)
+
+    models.check_output(preset, jax.eval_shape(forward, params, ids, mask), len(ids), label)
+    if impl != "solutions":
+        models.check_output(preset, jax.jit(forward)(params, ids, mask), len(ids), label)
 
 
 def train_and_evaluate(
@@ -139,6 +159,7 @@ def _train_and_evaluate(
             "too (the recipe was chosen on them); add --no-test to validate a recipe"
         )
     funcs, config, params, tie = models.init_for_preset(preset, data, seed, impl, *train_split[:2])
+    _check_first_batch(preset, funcs, params, tie, train_split, impl)
     fingerprint = json.loads(
         json.dumps(
             dict(
