@@ -192,3 +192,18 @@ def test_a_broken_settings_file_stops_pytest_with_one_line(tmp_path):
     assert run.returncode != 0 and "unknown key 'partial'" in run.stderr
     assert "Traceback" not in run.stderr + run.stdout
     np.testing.assert_equal(run.returncode, 4)  # pytest's usage error
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("time_limit_factor = true", "must be a number, not true"),
+        ('partial_credit = "yes"', 'must be true or false, not "yes"'),
+        ("points = [1, false]", "not [1, false]"),
+    ],
+)
+def test_errors_spell_values_as_toml_does(text, said):
+    """The instructor wrote TOML: `true`, not Python's `True`; strings in double quotes."""
+    with pytest.raises(SettingsError) as caught:
+        parse(text, {})
+    assert said in str(caught.value) and "True" not in str(caught.value)

@@ -77,17 +77,30 @@ class GradingSettings:
     memory_budget_mb: float = 1536.0
 
 
+def _toml(value: Any) -> str:
+    """``value`` as it is written in TOML (``true``, ``"text"``, ``[1, 2]``), for messages."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
+    return str(value)
+
+
 def _number(value: Any, where: str, low: float, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise SettingsError(f"{where} must be a number, not {value!r}")
+        raise SettingsError(f"{where} must be a number, not {_toml(value)}")
     if value < low:
-        raise SettingsError(f"{where} must be {what}, not {value!r}")
+        raise SettingsError(f"{where} must be {what}, not {_toml(value)}")
     return float(value)
 
 
 def _table(value: Any, where: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise SettingsError(f"{where} must be a table ([{where}] or {{ ... }}), not {value!r}")
+        raise SettingsError(f"{where} must be a table ([{where}] or {{ ... }}), not {_toml(value)}")
     return value
 
 
@@ -109,7 +122,7 @@ def parse(text: str, checks: dict[str, list[str]], name: str = SETTINGS_FILE) ->
     _unknown(data, _TOP, name)
     partial = data.get("partial_credit", False)
     if not isinstance(partial, bool):
-        raise SettingsError(f"{name}: partial_credit must be true or false, not {partial!r}")
+        raise SettingsError(f"{name}: partial_credit must be true or false, not {_toml(partial)}")
     factor = _number(data.get("time_limit_factor", 5.0), f"{name}: time_limit_factor", 1, ">= 1")
     total = _number(
         data.get("submission_time_limit", 420.0), f"{name}: submission_time_limit", 10, ">= 10"
@@ -148,7 +161,7 @@ def parse(text: str, checks: dict[str, list[str]], name: str = SETTINGS_FILE) ->
     if visibility not in VISIBILITIES:
         raise SettingsError(
             f"{name} [hidden] visibility must be one of {', '.join(VISIBILITIES)}, not "
-            f"{visibility!r}"
+            f"{_toml(visibility)}"
         )
     in_total = hidden.get("in_total", True)
     if not isinstance(in_total, bool):
