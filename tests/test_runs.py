@@ -283,3 +283,18 @@ def test_progress_with_values_that_are_not_finite_is_valid_json_and_reads_back_a
     assert "NaN" not in text and json.loads(text)["history"]["val_loss"] == [None, 0.5]
     back = runs.progress_from_saved(saved, arrays)
     assert np.isnan(back.history["val_loss"][0]) and back.history["val_loss"][1] == 0.5
+
+
+def test_the_lock_goes_with_the_run_that_held_it(tmp_path):
+    """One lock file per run used to pile up beside the runs, even for runs that wrote
+    nothing; now it is removed when its run ends, refused or not."""
+    out = tmp_path / "out"
+    with runs.open_run(out):
+        assert (tmp_path / ".out.lock").exists()
+    assert not (tmp_path / ".out.lock").exists()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("x")
+    with pytest.raises(runs.RunFolderError):
+        with runs.open_run(tmp_path / "mine"):
+            pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]

@@ -420,24 +420,64 @@ def open_run(
 ) -> Iterator[RunFolder]:
     """Lock the run folder ``out`` for this process, repair what an interrupted run left,
     and check that this run may write there (:class:`RunFolderError` says why not)."""
-    from filelock import FileLock, Timeout
-
     folder = RunFolder(out)
     folder.refuse_foreign()  # before the lock file is made beside it
     folder.refuse_strangers()
     folder.out.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(folder.lock), timeout=0)
-    try:
-        lock.acquire()
-    except (Timeout, OSError):  # another run holds it, or no lock file can be made there
-        # (which filelock 3.0 reports as the OSError, newer versions as a timeout)
-        raise RunFolderError(_lock_problem(folder.lock, out)) from None
-    try:
+    with _locked(folder.lock, out):
         folder.repair()
         folder.check(overwrite, resume)
         yield folder
+
+
+@contextlib.contextmanager
+def _locked(lock: Path, out: str | os.PathLike) -> Iterator[None]:
+    """Hold the lock file ``lock`` (never waiting) and remove it with the run's end, so that
+    locks do not pile up beside the runs. Where ``flock`` exists, the file is removed while
+    still held, and a lock taken on a file that a finishing run had just removed is let go
+    and taken again on the new one; elsewhere ``filelock`` keeps its file."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover - Windows
+        from filelock import FileLock, Timeout
+
+        held = FileLock(str(lock), timeout=0)
+        try:
+            held.acquire()
+        except (Timeout, OSError):
+            raise RunFolderError(_lock_problem(lock, out)) from None
+        try:
+            yield
+        finally:
+            held.release()
+        return
+    for _ in range(10):
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            raise RunFolderError(_lock_problem(lock, out)) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # another run holds it
+            os.close(fd)
+            raise RunFolderError(_lock_problem(lock, out)) from None
+        try:
+            same = os.stat(lock).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)  # the file was removed by the run that held it: lock the new one
+    else:  # pragma: no cover - ten runs ending in a row
+        raise RunFolderError(_lock_problem(lock, out))
+    try:
+        yield
     finally:
-        lock.release()
+        try:
+            os.unlink(lock)
+        except OSError:
+            pass
+        os.close(fd)
 
 
 def _result_to_json(result: Any) -> dict[str, Any] | None:
