@@ -412,3 +412,16 @@ def test_a_model_with_the_wrong_output_shape_is_refused_before_training(tmp_path
     assert "shape (2, 1)" in run.stderr and "shape (2,)" in run.stderr
     assert "pytest -m classifier" in run.stderr
     assert not (tmp_path / "run").exists()
+
+
+def test_grade_prints_no_pytest_warning():
+    import subprocess
+
+    run = subprocess.run(
+        [sys.executable, "-m", "m2l_nlp.cli", "grade", "-m", "multi_hot", "-rw"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={k: v for k, v in os.environ.items() if k != "M2L_IMPL"},
+    )
+    assert "score" in run.stdout and "warning" not in (run.stdout + run.stderr).lower()
