@@ -199,9 +199,13 @@ def load_checkpoint(
             what = f"{path} is a file, not a checkpoint folder"
         else:
             what = f"there is no checkpoint at {path}"
+        run = path.parent if path.name == "checkpoint" else path
+        if (run / "run.json").is_file() and not (run / "checkpoint").exists():
+            what = f"{run} is a run without a checkpoint"
         raise CheckpointError(
-            f"{what}: train one with `m2l-nlp train` or pass the folder it wrote "
-            "(runs/<name>/checkpoint)"
+            f"{what}: only the transformer's runs that end with the test set write one (not "
+            "--model baselines, not --no-test runs); train one with `m2l-nlp train` (`--data "
+            "small` takes seconds) or pass the folder it wrote (runs/<name>/checkpoint)"
         )
     with _reading(path / CONFIG_FILE):
         config = ClassifierConfig.from_dict(json.loads((path / CONFIG_FILE).read_text()))
@@ -243,6 +247,19 @@ def load_checkpoint(
     return Checkpoint(params, config, tokenizer, meta, table)
 
 
+def _first_words(tokenizer: Any, text: str, max_len: int) -> str:
+    """The start of ``text`` that holds its first ``max_len`` tokens (more, never fewer),
+    cut between words so that no word is split: the model reads no further, so a huge file
+    costs what a review does."""
+    size = 16 * max_len
+    while size < len(text):
+        cut = max(text.rfind(" ", 0, size), text.rfind("\n", 0, size))
+        if cut > 0 and len(tokenizer.encode(text[:cut]).ids) > max_len:
+            return text[:cut]
+        size *= 4
+    return text
+
+
 def predict(
     texts: str | list[str],
     checkpoint: Checkpoint | str | os.PathLike,
@@ -270,6 +287,7 @@ def predict(
         return np.zeros((0,), np.float32)
     config = checkpoint.config
     table = checkpoint.bigram_table
+    texts = [_first_words(checkpoint.tokenizer, t, config.max_len) for t in texts]
     ids, mask = batch_encode(checkpoint.tokenizer, texts, seq_len=config.max_len)
     if table is not None:
         base = checkpoint.tokenizer.get_vocab_size()
