@@ -425,3 +425,15 @@ def test_grade_prints_no_pytest_warning():
         env={k: v for k, v in os.environ.items() if k != "M2L_IMPL"},
     )
     assert "score" in run.stdout and "warning" not in (run.stdout + run.stderr).lower()
+
+
+def test_a_local_results_json_says_how_long_the_checks_took(tmp_path):
+    import subprocess
+
+    out = tmp_path / "results.json"
+    command = ["grade", "-m", "multi_hot", "--impl", "solutions", "--results-json", str(out)]
+    subprocess.run(
+        [sys.executable, "-m", "m2l_nlp.cli", *command], capture_output=True, timeout=300
+    )
+    data = json.loads(out.read_text())
+    assert data["execution_time"] > 0 and data["tests"][0]["execution_time"] > 0

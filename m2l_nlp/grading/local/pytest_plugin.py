@@ -52,6 +52,7 @@ class Grader:
         self.settings = read_settings()
         self.modules: dict[str, ModuleType | PracticalError] = {}
         self.results: dict[str, list[CheckResult]] = {}
+        self.seconds: dict[str, float] = {}  # the time of its checks, per exercise
         self.stopped: set[str] = set()  # exercises with a check stopped for taking too long
 
     def path_of(self, practical: str) -> Path:
@@ -82,12 +83,13 @@ class Grader:
         student = self.student(ex.practical)
         run_check(ex, chk, student, reference(ex.practical), [vars(student)])
 
-    def record(self, exercise: str, result: CheckResult) -> None:
+    def record(self, exercise: str, result: CheckResult, seconds: float = 0.0) -> None:
         self.results.setdefault(exercise, []).append(result)
+        self.seconds[exercise] = self.seconds.get(exercise, 0.0) + seconds
 
     def exercise_results(self) -> list[ExerciseResult]:
         results = [
-            ExerciseResult(ex, self.results[name])
+            ExerciseResult(ex, self.results[name], seconds=self.seconds.get(name, 0.0))
             for name, ex in self.exercises.items()
             if name in self.results
         ]
@@ -269,7 +271,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         student = grader.modules.get(grader.exercises[exercise].practical)
         files = {os.path.abspath(student.__file__)} if isinstance(student, ModuleType) else set()
         status, message = outcome(None if excinfo is None else excinfo.value, files)
-    grader.record(exercise, CheckResult(exercise, check, status, message))
+    grader.record(exercise, CheckResult(exercise, check, status, message), call.duration)
     if status in ("not started", "error"):
         # Shown as a skip with its reason (the score table and the exit status still say
         # that the exercise is not done): no traceback per stub, and an import error is
