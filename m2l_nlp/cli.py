@@ -398,6 +398,30 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    except Exception as error:
+        said = _in_your_code(error, args)
+        if said is None:
+            raise
+        print(f"error: {said}", file=sys.stderr)
+        return 2
+
+
+def _in_your_code(error: Exception, args: argparse.Namespace) -> str | None:
+    """An error raised in the student's exercises while training, in the grader's words
+    (file, line and its hint, on one line), or None for any other error."""
+    import traceback
+
+    from m2l_nlp.grading.checks.runner import describe_error
+    from m2l_nlp.impl import repo_root
+
+    if getattr(args, "impl", None) != "exercises":
+        return None
+    files = {str(p.resolve()) for p in (repo_root() / "exercises").glob("*.py")}
+    frames = traceback.extract_tb(error.__traceback__)
+    if not any(str(Path(f.filename).resolve()) in files for f in frames):
+        return None
+    said = describe_error(error, files).replace("\nHint:", " Hint:")
+    return f"{said} (`pytest` grades each exercise on its own)"
 
 
 if __name__ == "__main__":

@@ -437,3 +437,33 @@ def test_a_local_results_json_says_how_long_the_checks_took(tmp_path):
     )
     data = json.loads(out.read_text())
     assert data["execution_time"] > 0 and data["tests"][0]["execution_time"] > 0
+
+
+def test_an_error_in_the_students_code_while_training_names_file_line_and_hint(tmp_path):
+    """A sub-module not given is_train asks for a random key in evaluation: haiku's raw line
+    once; now the file, the line and the grader's hint."""
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    repo = tmp_path / "repo"
+    shutil.copytree(root / "solutions", repo / "exercises", ignore=shutil.ignore_patterns("hidden"))
+    path = repo / "exercises" / "practical2_transformers.py"
+    text = path.read_text()
+    assert "x = self.encoder(x, mask, is_train)" in text
+    path.write_text(
+        text.replace("x = self.encoder(x, mask, is_train)", "x = self.encoder(x, mask)")
+    )
+    command = ["train", "--data", "small", "--impl", "exercises", "--out", str(tmp_path / "run")]
+    run = subprocess.run(
+        [sys.executable, "-m", "m2l_nlp.cli", *command, "--no-progress"],
+        env={**os.environ, "M2L_ROOT": str(repo)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 2, run.stderr[-3000:]
+    assert "Traceback" not in run.stderr and run.stderr.count("\n") == 1, run.stderr
+    assert "practical2_transformers.py, line" in run.stderr
+    assert "every sub-module with dropout must be given is_train" in run.stderr
