@@ -619,9 +619,15 @@ def graded(installed, tmp_path_factory):
     for name in cases:
         path = results_file if name == "rewrite_results" else tmp_path / f"{name}.json"
         results[name] = json.loads(path.read_text()) if path.exists() else None
+    took = {}  # the grader's own log: seconds per submission, its peak memory
+    for part in batch.stdout.split("\n== submission ")[1:]:
+        head, _, rest = part.partition("\n")
+        seconds = rest.split("submission graded in ")[-1].split(" s")[0]
+        took[Path(head.split(": ", 1)[-1]).stem] = seconds
     for name, data in results.items():  # shown with `pytest -s`: the table in the closing note
         score = "no results" if data is None else f"{data.get('score', 0):>5g} / {FULL}"
-        print(f"{name:30s} {score}")
+        print(f"{name:36s} {score}  {took.get(name, '-'):>6s} s")
+    print(*(line for line in batch.stdout.splitlines() if line.startswith("peak memory")))
     try:
         yield types.SimpleNamespace(
             results=results,
@@ -930,6 +936,11 @@ def bounded(installed, tmp_path_factory):
     results = {
         f.name: json.loads((tmp / f"{f.name}.json").read_text()) for f in (hog, slow, honest)
     }
+    for line in run.stdout.splitlines():  # shown with `pytest -s`
+        if line.startswith(("== submission", "submission graded in", "peak memory")):
+            print(line)
+    for name, data in results.items():
+        print(f"{name:36s} {data.get('score', 0):>5g} / {FULL}")
     return types.SimpleNamespace(run=run, results=results)
 
 
