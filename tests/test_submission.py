@@ -346,3 +346,21 @@ def test_a_notebook_that_would_take_gigabytes_to_parse_costs_the_grader_nothing(
     grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
     assert found["p2"].text is None and "too large or nested" in found["p2"].problem
     assert found["p1"].text == GOOD and grown_mib < 100
+
+
+def test_statements_that_share_a_long_line_are_copied_once():
+    """`x = "...100k..."; a0 = 1; a1 = 1; ...` kept each statement with its whole line: the
+    module grew as the line times the statements. Now linear in the cell."""
+    line = 'x = "' + "A" * 100_000 + '"; ' + "; ".join(f"a{i} = {i}" for i in range(300))
+    text = json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "source": line}]})
+    module = submission.module_from_notebook(text)
+    assert len(module) < 2 * len(line) and "a299 = 299" in module
+
+
+def test_the_notebook_readers_reply_is_bounded_whatever_comes_in():
+    """A module larger than the reply's bound is refused in one line by the reading process,
+    so the grader never reads more than that bound from it."""
+    big = "x = '" + "A" * (submission.MAX_REPLY_BYTES + 10) + "'\n"
+    text = json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "source": big}]})
+    with pytest.raises(submission.NotebookError, match="too large"):
+        submission.module_from_notebook_bounded(text.encode(), "big.ipynb")

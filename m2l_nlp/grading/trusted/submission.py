@@ -110,7 +110,15 @@ def _cell_code(source: str) -> str | None:
     kept = [node for node in tree.body if isinstance(node, _KEPT) or _constant(node)]
     if not kept:
         return None
-    return "\n".join("\n".join(lines[_first_line(node) - 1 : node.end_lineno]) for node in kept)
+    # Each line once, however many statements share it (`a = 1; b = 2; ...` on one long
+    # line would otherwise be copied once per statement): linear in the cell's size.
+    spans: list[list[int]] = []
+    for first, last in sorted((_first_line(node), node.end_lineno) for node in kept):
+        if spans and first <= spans[-1][1]:
+            spans[-1][1] = max(spans[-1][1], last)
+        else:
+            spans.append([first, last])
+    return "\n".join("\n".join(lines[first - 1 : last]) for first, last in spans)
 
 
 def _first_line(node: ast.AST) -> int:
@@ -155,6 +163,7 @@ def module_from_notebook(text: str | bytes, name: str = "the notebook") -> str:
 
 
 NOTEBOOK_MEMORY = 1 << 30  # the address space of the process that reads one notebook
+MAX_REPLY_BYTES = MAX_FILE_BYTES + (1 << 20)  # its reply: the module, a little JSON around it
 NOTEBOOK_SECONDS = 60.0
 
 
@@ -546,4 +555,8 @@ if __name__ == "__main__":  # module_from_notebook_bounded's process: bytes in, 
         result = {"ok": module_from_notebook(sys.stdin.buffer.read(), sys.argv[1])}
     except NotebookError as err:
         result = {"error": str(err)}
-    sys.stdout.write(json.dumps(result))
+    reply = json.dumps(result, ensure_ascii=False).encode("utf-8", errors="replace")
+    if len(reply) > MAX_REPLY_BYTES:  # what the grader reads is bounded, whatever came in
+        too_large = {"error": f"{sys.argv[1]} is not a readable notebook: it is too large"}
+        reply = json.dumps(too_large).encode()
+    sys.stdout.buffer.write(reply)
