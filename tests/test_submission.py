@@ -364,3 +364,60 @@ def test_the_notebook_readers_reply_is_bounded_whatever_comes_in():
     text = json.dumps({"cells": [{"cell_type": "code", "metadata": {}, "source": big}]})
     with pytest.raises(submission.NotebookError, match="too large"):
         submission.module_from_notebook_bounded(text.encode(), "big.ipynb")
+
+
+def test_the_grader_reads_no_more_of_the_readers_reply_than_its_bound(monkeypatch):
+    """The reading process's own bound aside, the grader reads at most ``MAX_REPLY_BYTES``
+    and one byte of its reply, in chunks, and refuses a longer one in one line (it read
+    the whole reply, then parsed it: as large as the process could make it)."""
+    monkeypatch.setattr(submission, "MAX_REPLY_BYTES", 4096)  # the grader's: not the reader's
+    read = []
+    real_read = os.read
+
+    def spy(fd, size):
+        read.append(len(data := real_read(fd, size)))
+        return data
+
+    monkeypatch.setattr(os, "read", spy)
+    text = _notebook("x = '" + "A" * 200_000 + "'\n")
+    too_large = r"^p2.ipynb is not a readable notebook: it is too large \(its module is over"
+    with pytest.raises(NotebookError, match=too_large):
+        submission.module_from_notebook_bounded(text.encode(), "p2.ipynb")
+    assert sum(read) <= 4097
+
+
+def test_a_reader_that_never_replies_is_stopped_at_the_deadline(monkeypatch, tmp_path):
+    """Neither a reader that stops reading its input nor one that never writes holds the
+    grader past ``NOTEBOOK_SECONDS``."""
+    import time
+
+    silent = tmp_path / "silent.py"
+    silent.write_text("import time\ntime.sleep(60)\n")
+    monkeypatch.setattr(submission, "__file__", str(silent))
+    monkeypatch.setattr(submission, "NOTEBOOK_SECONDS", 0.5)
+    start = time.monotonic()
+    with pytest.raises(NotebookError, match=r"^p2.ipynb is not a readable notebook: .* 0.5 s$"):
+        submission.module_from_notebook_bounded(b" " * 2**20, "p2.ipynb")  # over the pipe
+    assert time.monotonic() - start < 5
+
+
+_STATEMENTS = "; ".join(f"a{i} = {i}" for i in range(300))
+
+
+@pytest.mark.parametrize(
+    ("source", "last"),
+    [
+        ('x = "' + "A" * 50_000 + '"; ' + _STATEMENTS, "a299 = 299"),
+        ("import os; " * 200 + "; ".join(f"import m{i}" for i in range(300)), "import m299"),
+        ('x = """\n' + "A" * 50_000 + '\n"""; ' + _STATEMENTS, "a299 = 299"),
+        ("@d\n" * 1_000 + "def f(): pass\n" + _STATEMENTS + "\nclass C: pass", "class C"),
+    ],
+    ids=["long-line", "imports", "multi-line-string", "decorators"],
+)
+def test_the_module_is_linear_in_the_notebook(source, last):
+    """Statements that share a line (a long one, or the last of a long statement) are kept
+    with their lines once: the module is no larger than the notebook, whatever its shape."""
+    text = _notebook(source, source)  # two cells: each is kept, once
+    module = module_from_notebook(text)
+    assert len(module) <= len(text) and module.count(last) == 2
+    compile(module, "p.py", "exec")

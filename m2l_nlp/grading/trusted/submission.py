@@ -27,9 +27,11 @@ import functools
 import json
 import os
 import re
+import selectors
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 # The notebooks' setup cell.
@@ -163,32 +165,85 @@ def module_from_notebook(text: str | bytes, name: str = "the notebook") -> str:
 
 
 NOTEBOOK_MEMORY = 1 << 30  # the address space of the process that reads one notebook
-MAX_REPLY_BYTES = MAX_FILE_BYTES + (1 << 20)  # its reply: the module, a little JSON around it
+MAX_REPLY_BYTES = MAX_FILE_BYTES + (1 << 20)  # its reply: a status line, then the module
 NOTEBOOK_SECONDS = 60.0
 
 
 def module_from_notebook_bounded(data: bytes, name: str) -> str:
     """:func:`module_from_notebook` in a process of its own (this file run in isolated mode:
     nothing but the standard library), with at most ``NOTEBOOK_MEMORY`` of address space and
-    ``NOTEBOOK_SECONDS``. Raises :class:`NotebookError` for a notebook it cannot read."""
+    ``NOTEBOOK_SECONDS``. Of its reply the grader reads at most ``MAX_REPLY_BYTES``, in chunks.
+    Raises :class:`NotebookError` for a notebook it cannot read."""
     too_large = f"{name} is not a readable notebook: it is too large or too deeply nested to read"
-    try:
-        done = subprocess.run(
-            [sys.executable, "-I", __file__, name],
-            input=data,
-            capture_output=True,
-            timeout=NOTEBOOK_SECONDS,
-        )
-        reply = json.loads(done.stdout)
-    except subprocess.TimeoutExpired:
-        raise NotebookError(f"{too_large} in {NOTEBOOK_SECONDS:g} s") from None
-    except ValueError:  # no reply: the process ran out of memory
-        raise NotebookError(too_large) from None
-    if isinstance(reply, dict) and isinstance(reply.get("error"), str):
-        raise NotebookError(reply["error"])
-    if not isinstance(reply, dict) or not isinstance(reply.get("ok"), str):
+    deadline = time.monotonic() + NOTEBOOK_SECONDS
+    with subprocess.Popen(
+        [sys.executable, "-I", __file__, name],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,  # a traceback when it runs out of memory: never read
+    ) as process:
+        try:
+            reply = _exchange(process, data, deadline)
+            if reply is None:
+                raise NotebookError(_too_large_reply(name))
+            code = process.wait(max(deadline - time.monotonic(), 0.0))
+        except subprocess.TimeoutExpired:
+            raise NotebookError(f"{too_large} in {NOTEBOOK_SECONDS:g} s") from None
+        finally:
+            if process.poll() is None:
+                process.kill()
+    # Exit status 0: the whole reply was written; anything else ran out of memory.
+    if code != 0 or not reply.startswith((b"ok\n", b"error\n")):
         raise NotebookError(too_large)
-    return reply["ok"]
+    status = bytes(reply[: reply.index(b"\n")])
+    del reply[: len(status) + 1]  # from the front of a bytearray: nothing is copied
+    text = reply.decode("utf-8", errors="replace")
+    if status == b"error":
+        raise NotebookError(text)
+    return text
+
+
+def _too_large_reply(name: str) -> str:
+    return (
+        f"{name} is not a readable notebook: it is too large "
+        f"(its module is over {MAX_REPLY_BYTES // _MIB} MiB)"
+    )
+
+
+def _exchange(process: subprocess.Popen, data: bytes, deadline: float) -> bytearray | None:
+    """Write ``data`` to the process's input while reading its output until it ends: what
+    it wrote, or None past ``MAX_REPLY_BYTES`` (never more is read). One loop waits on both,
+    so that neither a full pipe nor a silent process outlasts ``deadline``: then it raises
+    :class:`subprocess.TimeoutExpired`."""
+    assert process.stdin is not None and process.stdout is not None
+    reply, todo = bytearray(), memoryview(data)
+    os.set_blocking(process.stdin.fileno(), False)
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdin, selectors.EVENT_WRITE)
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise subprocess.TimeoutExpired(process.args, NOTEBOOK_SECONDS)
+            for key, _ in selector.select(left):
+                if key.fileobj is process.stdout:
+                    chunk = os.read(key.fd, min(_READ_CHUNK, MAX_REPLY_BYTES + 1 - len(reply)))
+                    if not chunk:
+                        selector.unregister(key.fileobj)
+                    reply += chunk
+                    if len(reply) > MAX_REPLY_BYTES:
+                        return None
+                    continue
+                try:
+                    todo = todo[os.write(key.fd, todo[:_READ_CHUNK]) :]
+                except BlockingIOError:
+                    continue
+                except BrokenPipeError:  # it stopped reading (out of memory): its reply says
+                    todo = todo[:0]
+                if not todo:
+                    selector.unregister(key.fileobj)
+                    process.stdin.close()
+    return reply
 
 
 def _module(text: str) -> str:
@@ -526,9 +581,10 @@ def _find(tree: _Tree, practical: str) -> Found:
         if chosen.problem:
             raise _Refused(chosen.problem)
         data = tree.read(chosen.parts)
-        text = data.decode("utf-8", errors="replace")
-        if chosen.parts[-1].endswith(".ipynb"):
+        if chosen.parts[-1].endswith(".ipynb"):  # not decoded here: up to 4 bytes a character
             text = module_from_notebook_bounded(data, name)
+        else:
+            text = data.decode("utf-8", errors="replace")
     except (_Refused, NotebookError) as err:
         return Found(None, name, str(err), notes)
     return Found(text, name, "", notes)
@@ -547,16 +603,18 @@ def find_practicals(folder: Path, practicals: list[str]) -> dict[str, Found]:
         tree.close()
 
 
-if __name__ == "__main__":  # module_from_notebook_bounded's process: bytes in, JSON out
+if __name__ == "__main__":  # module_from_notebook_bounded's process: bytes in, reply out
     import resource
 
     resource.setrlimit(resource.RLIMIT_AS, (NOTEBOOK_MEMORY, NOTEBOOK_MEMORY))
+    # The reply: a line "ok" then the module, or a line "error" then the message.
     try:
-        result = {"ok": module_from_notebook(sys.stdin.buffer.read(), sys.argv[1])}
+        status = b"ok\n"
+        body = module_from_notebook(sys.stdin.buffer.read(), sys.argv[1])
     except NotebookError as err:
-        result = {"error": str(err)}
-    reply = json.dumps(result, ensure_ascii=False).encode("utf-8", errors="replace")
-    if len(reply) > MAX_REPLY_BYTES:  # what the grader reads is bounded, whatever came in
-        too_large = {"error": f"{sys.argv[1]} is not a readable notebook: it is too large"}
-        reply = json.dumps(too_large).encode()
+        status, body = b"error\n", str(err)
+    reply = body.encode("utf-8", errors="replace")
+    if len(status) + len(reply) > MAX_REPLY_BYTES:  # said in a line, not cut by the grader
+        status, reply = b"error\n", _too_large_reply(sys.argv[1]).encode(errors="replace")
+    sys.stdout.buffer.write(status)
     sys.stdout.buffer.write(reply)
