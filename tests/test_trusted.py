@@ -789,3 +789,26 @@ def test_every_folder_the_student_user_may_write_to_is_found(tmp_path):
         Path(f).relative_to(tmp_path).as_posix() for f in found if f.startswith(str(tmp_path))
     )
     assert mine == ["closed/inner", "open", "open/nested"]
+
+
+def test_the_memory_watch_waits_while_the_reference_starts_again():
+    import subprocess
+
+    from m2l_nlp.grading.trusted.limits import MemoryWatch
+
+    hog = subprocess.Popen(
+        [sys.executable, "-c", "import time\nx = bytearray(60 << 20)\ntime.sleep(60)\n"]
+    )
+    try:
+        time.sleep(0.5)
+        watch = MemoryWatch(10 << 20, lambda: {hog.pid}, hog.kill, interval=0.05)
+        watch.paused = True
+        with watch:
+            time.sleep(0.4)
+            assert hog.poll() is None and watch.tripped is None
+            watch.paused = False
+            hog.wait(10)
+        assert watch.tripped is not None
+    finally:
+        hog.kill()
+        hog.wait()

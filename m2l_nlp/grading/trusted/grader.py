@@ -430,9 +430,15 @@ class _Batch:
         if reference is not None and reference[0].worker.gone is None:
             return
         start = time.monotonic()
-        remote, limits = reference_pass(
-            practical, self.root, self.scratch, self.settings.time_limit_factor
-        )
+        if self.watch is not None:  # its new process is not yet among those kept apart
+            self.watch.paused = True
+        try:
+            remote, limits = reference_pass(
+                practical, self.root, self.scratch, self.settings.time_limit_factor
+            )
+        finally:
+            if self.watch is not None:
+                self.watch.paused = False
         self.references[practical] = remote, limits
         took = time.monotonic() - start
         self.log(f"{practical}: the reference passed every check in {took:.1f} s")

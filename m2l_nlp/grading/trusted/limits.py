@@ -114,6 +114,7 @@ class MemoryWatch:
         self.budget, self._pids, self._kill, self.interval = budget, pids, kill, interval
         self.tripped: int | None = None
         self.peak = 0
+        self.paused = False  # while the reference's own process starts (not the student's)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="memory-watch", daemon=True)
 
@@ -131,6 +132,8 @@ class MemoryWatch:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
+            if self.paused:
+                continue
             try:
                 pids = self._pids()
                 total = sum(memory_of(pid) for pid in pids)
