@@ -4,10 +4,12 @@ before a class sees them; the handout's own README and Makefile: test_handout.py
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
+from m2l_nlp.grading.trusted import bundle
 from m2l_nlp.grading.trusted.bundle import BundleError, hidden_points
 
 HEADER = """
@@ -89,3 +91,21 @@ def test_gates_chosen_in_grading_toml_must_cover_every_target(tmp_path):
     (tmp_path / "grading.toml").write_text('[gates]\nmulti_hot = ["mh_shape_dtype"]\n')
     with pytest.raises(BundleError, match="'multi_hot': no gate check compares multi_hot"):
         hidden_points(tmp_path)
+
+
+def test_make_autograder_refuses_a_gate_that_compares_nothing_in_one_line(
+    tmp_path, monkeypatch, capsys
+):
+    """A shapes check as the only gate: uniform attention would pass it."""
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "grading.toml").write_text('[gates]\nmultihead_attention = ["mha_shapes"]\n')
+    monkeypatch.setattr(bundle, "repo_root", lambda: tmp_path)
+    monkeypatch.setenv("XLA_FLAGS", os.environ.get("XLA_FLAGS", ""))  # main adds to it
+    zip_path = tmp_path / "autograder.zip"
+    assert bundle.main(["autograder", str(zip_path)]) == 1
+    said = capsys.readouterr().err
+    assert said.startswith(
+        "error: the exercise 'multihead_attention': no gate check compares MultiheadAttention"
+    )
+    assert said.count("\n") == 1 and "Traceback" not in said
+    assert not zip_path.exists()

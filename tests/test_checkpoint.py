@@ -310,3 +310,25 @@ def test_a_run_without_a_checkpoint_says_which_runs_write_one(tmp_path):
     (run / "run.json").write_text("{}")
     with pytest.raises(ck.CheckpointError, match="is a run without a checkpoint: only the trans"):
         ck.load_checkpoint(run / "checkpoint")
+
+
+def test_predict_reads_a_long_review_alike_whatever_the_tokenizers_padding(
+    tmp_path, params, config, tokenizer
+):
+    """A tokenizer set to pad (a notebook may do it) made every cut look long enough: a
+    review of long unknown words (one token each, 21 characters) was cut before its first
+    max_len tokens, and scored on fewer of them than batch_encode gives the model."""
+    from tokenizers import Tokenizer
+
+    from m2l_nlp.data.tokenization import batch_encode
+
+    padded = Tokenizer.from_str(tokenizer.to_str())
+    padded.enable_padding(length=4 * config.max_len)
+    review = "zzzzzzzzzzzzzzzzzzzz " * 24 + (TEXTS[0] + " ") * 2_000
+    path = ck.save_checkpoint(tmp_path / "ckpt", params, config, tokenizer)
+    loaded = ck.load_checkpoint(path)
+    prob = ck.predict(review, loaded._replace(tokenizer=padded))
+    ids, mask = batch_encode(tokenizer, [review], seq_len=config.max_len)
+    assert mask.sum() == config.max_len
+    logits = np.asarray(model_lib.classifier(config).predict_fw(params, ids, mask))
+    np.testing.assert_allclose(prob, 1 / (1 + np.exp(-logits)), rtol=1e-4, atol=1e-6)

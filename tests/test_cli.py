@@ -467,3 +467,49 @@ def test_an_error_in_the_students_code_while_training_names_file_line_and_hint(t
     assert "Traceback" not in run.stderr and run.stderr.count("\n") == 1, run.stderr
     assert "practical2_transformers.py, line" in run.stderr
     assert "every sub-module with dropout must be given is_train" in run.stderr
+
+
+def test_a_run_says_first_whose_modules_it_trains(tmp_path, capsys, monkeypatch):
+    """A forgotten --impl exercises silently trained the reference: the run's first line
+    now says which modules it trains (the data load is stopped here: nothing is trained)."""
+    from m2l_nlp.data import pipeline
+    from m2l_nlp.data.imdb_archive import DataError
+
+    def stop(*args, **kwargs):
+        raise DataError("stopped before the data")
+
+    monkeypatch.setattr(pipeline, "prepare_for", stop)
+    args = ["train", "--data", "small", "--impl", "solutions", "--no-progress"]
+    args += ["--out", str(tmp_path / "run"), "--cache-dir", str(tmp_path / "cache")]
+    assert cli.main(args) == 2
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first == "model: solutions/ (the reference; --impl exercises trains yours)"
+
+
+def test_predict_prints_a_long_review_without_splitting_all_of_it(tmp_path, capsys, monkeypatch):
+    """The line printed for a review split the whole text into words: 640 MB for a 50 MB
+    file. Now its memory is about twice the file (read, decoded); the scoring is left out."""
+    import tracemalloc
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from m2l_nlp.runs import checkpoint
+
+    monkeypatch.setattr(checkpoint, "load_checkpoint", lambda path: SimpleNamespace(meta={}))
+    monkeypatch.setattr(checkpoint, "predict", lambda texts, *a, **k: np.full(len(texts), 0.9))
+    command = ["predict", "--checkpoint", str(tmp_path), "--file"]
+    review = tmp_path / "review.txt"
+    review.write_text("A short one.", encoding="utf-8")
+    assert cli.main([*command, str(review)]) == 0  # what it imports is not counted below
+    size = 4 * 10**6
+    review.write_text("A long review.\n" * (size // 15), encoding="utf-8")
+    tracemalloc.start()
+    try:
+        assert cli.main([*command, str(review)]) == 0
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 4 * size, f"{peak / 1e6:.0f} MB for a {size / 1e6:.0f} MB review"
+    shown = "A long review. A long review. A long review. A long revie..."
+    assert capsys.readouterr().out.splitlines()[-1] == f"positive  p(positive)=0.900  {shown!r}"

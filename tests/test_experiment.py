@@ -8,6 +8,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import numpy as np
@@ -15,6 +17,7 @@ import pytest
 
 from m2l_nlp import cli, config
 from m2l_nlp.data import prepare_for
+from m2l_nlp.model.classifiers import ModelOutputError
 from m2l_nlp.overrides import override
 from m2l_nlp.runs import checkpoint, experiment
 from m2l_nlp.runs import folders as runs
@@ -217,3 +220,63 @@ def test_a_run_on_a_gpu_compiles_a_program_per_shape_and_five_more(
     expected = widths + widths * splits + 4 + splits
     assert run.metrics["compiled_programs"] == expected
     assert devices.compile_counter()["programs"] - before == expected
+
+
+def notebook_globals(change_logits: Callable[[jax.Array], jax.Array]) -> dict[str, Any]:
+    """A notebook's ``globals()``: the reference's names, its classifier's logits changed."""
+    from m2l_nlp.impl import load_practical
+
+    names = dict(vars(load_practical("practical2_transformers", "solutions")))
+    right = names["classifier_forward"]
+    names["classifier_forward"] = lambda *args, **kwargs: change_logits(right(*args, **kwargs))
+    return names
+
+
+@pytest.mark.parametrize(
+    ("change_logits", "said"),
+    [
+        (lambda logits: logits[:, None], r"shape \(8, 1\) .* shape \(8,\), one per review"),
+        (lambda logits: logits / 0.0, "NaN or infinite logits"),
+    ],
+    ids=["(B, 1)", "NaN"],
+)
+def test_a_notebooks_wrong_model_is_refused_before_the_first_epoch(
+    tiny, tmp_path, monkeypatch, change_logits, said
+):
+    """The notebooks' training cell goes through train_and_evaluate: a classifier giving
+    (B, 1) once trained to "train_acc 8.0968"; now one line names the expected output and
+    the notebook's check() cell, before any epoch and before anything is written."""
+    preset, data = tiny
+
+    def never(*args, **kwargs):
+        raise AssertionError("trained a wrong model")
+
+    monkeypatch.setattr(experiment, "train", never)
+    out = tmp_path / "run"
+    with pytest.raises(ModelOutputError, match=said) as caught:
+        experiment.train_and_evaluate(
+            preset, data, out, impl=notebook_globals(change_logits), progress=False, log=None
+        )
+    assert 'check("classifier", ...)' in str(caught.value) and "\n" not in str(caught.value)
+    assert list(tmp_path.iterdir()) == []  # no run, no lock
+
+
+def test_run_json_says_whose_modules_were_trained(tiny, tmp_path, monkeypatch):
+    """A forgotten --impl exercises trains the reference: run.json names it (or "notebook"
+    for a notebook's own cells). The training and the files are skipped here: run.json is
+    what is looked at."""
+    from m2l_nlp.train.loop import TrainResult
+
+    preset, data = tiny
+
+    def untrained(funcs, params, *args, **kwargs):
+        return TrainResult(params, {"loss": [0.7]}, None, 1)
+
+    monkeypatch.setattr(experiment, "train", untrained)
+    monkeypatch.setattr(checkpoint, "save_run", lambda out, *args: None)
+    for impl, said in [("solutions", "solutions"), (notebook_globals(lambda x: x), "notebook")]:
+        out = tmp_path / said
+        experiment.train_and_evaluate(
+            preset, data, out, impl=impl, no_test=True, progress=False, log=None
+        )
+        assert json.loads((out / "run.json").read_text())["impl"] == said

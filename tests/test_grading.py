@@ -207,6 +207,29 @@ def test_registry_rejects_duplicate_names(monkeypatch):
         exercise("demo_registry_dup", "practical_demo_b", 1, targets=("f",))
 
 
+def test_a_gate_covers_the_targets_it_names_and_one_target_by_default():
+    def check_a(ctx):
+        """a"""
+
+    def check_b(ctx):
+        """b"""
+
+    def check_c(ctx):
+        """c"""
+
+    one = Exercise("one_target", "p", 1, ("f",))
+    one.check(gate=True)(check_a)
+    one.check(check_b)  # not a gate: covers nothing unless it says so
+    assert [c.covers for c in one.checks] == [("f",), ()]
+    assert one.uncovered() == []
+    two = Exercise("two_targets", "p", 1, ("f", "G"))
+    two.check(gate=True)(check_a)  # which of the two it compares is not guessed
+    two.check(gate=True, covers=("f",))(check_b)
+    assert two.uncovered() == ["G"]
+    with pytest.raises(ValueError, match=r"'c' of 'two_targets' covers H, not a target .*: f, G"):
+        two.check(gate=True, covers=("H",))(check_c)
+
+
 def test_score_table_totals_and_statuses():
     ex1 = Exercise("alpha", "p", 10, ("a",))
     ex2 = Exercise("beta", "p", 5, ("b",))

@@ -115,3 +115,30 @@ def test_a_model_output_of_a_wrong_shape_dtype_or_value_is_refused_in_words():
         check_output(preset, np.zeros(4, np.int32), 4, "exercises")
     with pytest.raises(ModelOutputError, match=r"NaN.*-m lstm_classifier"):
         check_output(lstm, np.array([0.0, np.nan, 1.0, 2.0], np.float32), 4, "exercises")
+
+
+@pytest.mark.parametrize(
+    ("model", "name", "exercise"),
+    [
+        ("bow-mlp", "MLPClassifier", "mlp_classifier"),
+        ("bigram-mlp", "MLPClassifier", "mlp_classifier"),
+        ("lstm", "LSTMClassifier", "lstm_classifier"),
+    ],
+)
+def test_a_baseline_with_the_wrong_output_shape_is_refused_before_training(model, name, exercise):
+    """What `m2l-nlp train --model ... --impl exercises` checks before the data load: a
+    practical-1 classifier giving (B, 1) is named, with its exercise, in one line."""
+    from m2l_nlp.config import PRESETS
+    from m2l_nlp.impl import load_practical
+    from m2l_nlp.model.classifiers import ModelOutputError, check_model_builds
+
+    names = dict(vars(load_practical("practical1_baselines", "solutions")))
+
+    class OneColumn(names[name]):
+        def __call__(self, *args, **kwargs):
+            return super().__call__(*args, **kwargs)[:, None]
+
+    names[name] = OneColumn
+    said = rf"\(your notebook's cells\) .* shape \(2, 1\) .* shape \(2,\).*-m {exercise}"
+    with pytest.raises(ModelOutputError, match=said):
+        check_model_builds(PRESETS[model], names)

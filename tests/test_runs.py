@@ -298,3 +298,53 @@ def test_the_lock_goes_with_the_run_that_held_it(tmp_path):
         with runs.open_run(tmp_path / "mine"):
             pass
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
+    out.mkdir()
+    write_run(out, 0.5)
+    with pytest.raises(runs.RunFolderError, match="already holds a run"):  # under the lock
+        with runs.open_run(out):
+            pass
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["mine", "out"]
+
+
+def test_a_lock_that_another_run_holds_is_never_removed(tmp_path):
+    """Our lock file removed by hand while we run, and a second run locking a new one: our
+    end must not remove the second run's lock, or a third run would write beside it."""
+    out = tmp_path / "out"
+    code = (
+        "import sys, time\nfrom m2l_nlp import runs\n"
+        "with runs.open_run(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(60)\n"
+    )
+    second = None
+    try:
+        with runs.open_run(out):
+            (tmp_path / ".out.lock").unlink()
+            second = subprocess.Popen(
+                [sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, text=True
+            )
+            assert second.stdout.readline().strip() == "held"
+        assert (tmp_path / ".out.lock").exists()
+        with pytest.raises(runs.RunFolderError, match="another run is writing to"):
+            with runs.open_run(out):
+                pass
+    finally:
+        if second is not None:
+            second.kill()
+            second.wait()
+
+
+def test_a_busy_lock_refused_as_its_run_ends_leaves_no_lock_file(tmp_path, monkeypatch):
+    """The run holding the lock removes its file just as we find it busy: saying why must
+    not make a new lock file, which nobody would remove."""
+    import fcntl
+
+    out = tmp_path / "out"
+
+    def held_then_removed(fd: int, operation: int) -> None:
+        (tmp_path / ".out.lock").unlink()  # the holder's end
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(fcntl, "flock", held_then_removed)
+    with pytest.raises(runs.RunFolderError, match="another run is writing to"):
+        with runs.open_run(out):
+            pass
+    assert list(tmp_path.iterdir()) == []

@@ -156,6 +156,7 @@ def check_output(preset: Preset, logits: Any, batch: int, impl: Impl) -> None:
     wrong model would otherwise train to a meaningless accuracy."""
     exercise = OUTPUT_EXERCISE.get(preset.architecture, "classifier")
     where = f'`pytest -m {exercise}` (or check("{exercise}", ...) in a notebook) says what is wrong'
+    impl = impl if isinstance(impl, str) else "your notebook's cells"  # not a whole globals()
     shape, dtype = tuple(logits.shape), np.dtype(logits.dtype)
     if shape != (batch,) or not np.issubdtype(dtype, np.floating):
         raise ModelOutputError(

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -247,15 +248,27 @@ def load_checkpoint(
     return Checkpoint(params, config, tokenizer, meta, table)
 
 
+# The last whitespace before a position (``search(text, 0, end)``): a cut between words.
+_LAST_SPACE = re.compile(r"\s\S*\Z")
+
+
 def _first_words(tokenizer: Any, text: str, max_len: int) -> str:
     """The start of ``text`` that holds its first ``max_len`` tokens (more, never fewer),
     cut between words so that no word is split: the model reads no further, so a huge file
-    costs what a review does."""
+    costs what a review does. Tokens are counted as ``batch_encode`` makes them, whatever
+    padding or truncation the tokenizer was set to."""
+    from tokenizers import Tokenizer
+
     size = 16 * max_len
+    if size >= len(text):
+        return text
+    counter = Tokenizer.from_str(tokenizer.to_str())  # a private copy, as batch_encode's
+    counter.no_padding()  # padding would count tokens that are not there: too short a cut
+    counter.no_truncation()  # truncation would never count enough: the whole text again
     while size < len(text):
-        cut = max(text.rfind(" ", 0, size), text.rfind("\n", 0, size))
-        if cut > 0 and len(tokenizer.encode(text[:cut]).ids) > max_len:
-            return text[:cut]
+        space = _LAST_SPACE.search(text, 0, size)
+        if space and len(counter.encode(text[: space.start()]).ids) > max_len:
+            return text[: space.start()]
         size *= 4
     return text
 

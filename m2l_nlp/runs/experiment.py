@@ -76,14 +76,13 @@ def _check_first_batch(
     from m2l_nlp.model import classifiers as models
 
     ids, mask = (np.asarray(a[:8]) for a in split[:2])
-    label = impl if isinstance(impl, str) else "notebook"
 
     def forward(p, i, m):  # traced: the pairs' tie compiles nothing eagerly
         return funcs.model_fw.apply(tie(p) if tie else p, i, m, False)
 
-    models.check_output(preset, jax.eval_shape(forward, params, ids, mask), len(ids), label)
+    models.check_output(preset, jax.eval_shape(forward, params, ids, mask), len(ids), impl)
     if impl != "solutions":
-        models.check_output(preset, jax.jit(forward)(params, ids, mask), len(ids), label)
+        models.check_output(preset, jax.jit(forward)(params, ids, mask), len(ids), impl)
 
 
 def train_and_evaluate(
@@ -234,8 +233,8 @@ def _train_and_evaluate(
     params = jax.device_get(params)
     run = RunResult(funcs, params, config, result.history, test, run_metrics)
     if folder is not None:
-        folder.commit(
+        folder.commit(  # run.json says whose modules were trained: a forgotten --impl shows
             lambda new: save_run(new, run, preset, settings, data),
-            dict(preset=name, architecture=preset.architecture),
+            dict(preset=name, architecture=preset.architecture, impl=run_metrics["impl"]),
         )
     return run

@@ -2,7 +2,8 @@
 
 ``m2l-nlp train --out DIR`` works beside ``DIR``, in hidden siblings of its own:
 
-- ``.DIR.lock``: held for the whole run, so a second run on ``DIR`` refuses at once;
+- ``.DIR.lock``: held for the whole run, so a second run on ``DIR`` refuses at once, and
+  removed with the run's end (a killed run's is taken over by the next);
 - ``.DIR.partial/``: the last completed epoch (training state, history), written atomically
   after every epoch, read by ``--resume``, removed once the run is complete;
 - ``.DIR.new-<id>/``: the finished run (checkpoint, ``metrics.json``, plots, and last of all
@@ -400,18 +401,27 @@ class RunFolder:
             _remove(self.partial)
 
 
-def _lock_problem(lock: Path, out: str | os.PathLike) -> str:
-    """Why the lock of the run folder ``out`` could not be taken (a file lock only times out)."""
-    try:
-        os.close(os.open(lock, os.O_WRONLY | os.O_CREAT, 0o644))
-    except OSError as error:  # e.g. a read-only file system, where even root cannot write
-        return (
-            f"cannot create files in {lock.parent} ({error.strerror or error}): choose another "
-            "folder with --out"
-        )
+def _cannot_create(lock: Path, error: OSError) -> str:
+    return (
+        f"cannot create files in {lock.parent} ({error.strerror or error}): choose another "
+        "folder with --out"
+    )
+
+
+def _busy(out: str | os.PathLike) -> str:
     return (
         f"another run is writing to {out} right now: wait for it to finish, or choose another --out"
     )
+
+
+def _lock_problem(lock: Path, out: str | os.PathLike) -> str:
+    """Why ``filelock`` could not take the lock of the run folder ``out`` (it only times
+    out): a probe tells a folder that takes no file from a lock that another run holds."""
+    try:
+        os.close(os.open(lock, os.O_WRONLY | os.O_CREAT, 0o644))
+    except OSError as error:  # e.g. a read-only file system, where even root cannot write
+        return _cannot_create(lock, error)
+    return _busy(out)
 
 
 @contextlib.contextmanager
@@ -454,30 +464,34 @@ def _locked(lock: Path, out: str | os.PathLike) -> Iterator[None]:
     for _ in range(10):
         try:
             fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError:
-            raise RunFolderError(_lock_problem(lock, out)) from None
+        except OSError as error:  # e.g. a read-only file system, where even root cannot write
+            raise RunFolderError(_cannot_create(lock, error)) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # another run holds it
-            os.close(fd)
-            raise RunFolderError(_lock_problem(lock, out)) from None
-        try:
-            same = os.stat(lock).st_ino == os.fstat(fd).st_ino
-        except FileNotFoundError:
-            same = False
-        if same:
+        except OSError:  # another run holds it; no probe: the file may be gone by now, and
+            os.close(fd)  # a probe would make a new one that nobody removes
+            raise RunFolderError(_busy(out)) from None
+        if _names(lock, fd):
             break
         os.close(fd)  # the file was removed by the run that held it: lock the new one
     else:  # pragma: no cover - ten runs ending in a row
-        raise RunFolderError(_lock_problem(lock, out))
+        raise RunFolderError(_busy(out))
     try:
         yield
     finally:
-        try:
-            os.unlink(lock)
-        except OSError:
-            pass
+        if _names(lock, fd):  # not when someone removed ours and another run locked a new one
+            with contextlib.suppress(OSError):
+                os.unlink(lock)
         os.close(fd)
+
+
+def _names(path: Path, fd: int) -> bool:
+    """Whether ``path`` is still the file open as ``fd`` (not removed, not replaced)."""
+    try:
+        named, held = os.stat(path), os.fstat(fd)
+    except FileNotFoundError:
+        return False
+    return (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino)
 
 
 def _result_to_json(result: Any) -> dict[str, Any] | None:

@@ -61,6 +61,6 @@ def read_reviews(texts: Sequence[str], files: Sequence[str], max_mb: int = MAX_M
     if not reviews:
         raise InputError("nothing to score: give reviews as arguments or with --file PATH")
     for what, text in reviews:
-        if not text.strip():
+        if not text or text.isspace():  # no copy of a long review, as strip() would make
             raise InputError(f"{what} is empty: there is nothing to score")
     return [text for _, text in reviews]

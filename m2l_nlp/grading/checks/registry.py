@@ -81,7 +81,10 @@ class Exercise:
             covers = self.targets if gate and len(self.targets) == 1 else ()
         unknown = [t for t in covers if t not in self.targets]
         if unknown:
-            raise ValueError(f"check {name!r} of {self.name!r} covers {unknown}, not a target")
+            raise ValueError(
+                f"check {name!r} of {self.name!r} covers {', '.join(unknown)}, not a target of "
+                f"the exercise (its targets: {', '.join(self.targets)})"
+            )
         doc = (func.__doc__ or name).strip().splitlines()[0]
         self.checks.append(Check(name, func, doc, gate, covers=tuple(covers)))
         return func

@@ -15,7 +15,9 @@ time, hidden checks shown after the due date and counted).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -78,16 +80,22 @@ class GradingSettings:
 
 
 def _toml(value: Any) -> str:
-    """``value`` as it is written in TOML (``true``, ``"text"``, ``[1, 2]``), for messages."""
+    """``value`` as it is written in TOML (``true``, ``"text"``, ``[1, 2]``), for messages:
+    on one line (a string's line breaks escaped, as TOML's basic strings escape them)."""
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, str):
-        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return json.dumps(value, ensure_ascii=False)  # JSON's escapes are TOML's too
     if isinstance(value, list):
         return "[" + ", ".join(_toml(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {_toml(v)}" for k, v in value.items()) + " }"
-    return str(value)
+        return "{ " + ", ".join(f"{_key(k)} = {_toml(v)}" for k, v in value.items()) + " }"
+    return str(value)  # numbers, inf and nan, dates and times: as TOML writes them
+
+
+def _key(key: str) -> str:
+    """A key as it is written in TOML: bare where it may be (``partial``), else quoted."""
+    return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else _toml(key)
 
 
 def _number(value: Any, where: str, low: float, what: str) -> float:
@@ -104,11 +112,13 @@ def _table(value: Any, where: str) -> dict[str, Any]:
     return value
 
 
-def _unknown(keys: Any, known: Any, where: str) -> None:
+def _unknown(keys: Any, known: Any, where: str, what: str = "key") -> None:
     extra = [k for k in keys if k not in known]
     if extra:
+        spell = _key if what == "key" else _toml  # a check named in a list is a string
         raise SettingsError(
-            f"{where}: unknown key {extra[0]!r}; the keys are: {', '.join(map(str, known))}"
+            f"{where}: unknown {what} {spell(extra[0])}; the {what}s are: "
+            f"{', '.join(map(str, known))}"
         )
 
 
@@ -132,7 +142,7 @@ def parse(text: str, checks: dict[str, list[str]], name: str = SETTINGS_FILE) ->
     def exercise_of(key: str, where: str) -> list[str]:
         if key not in checks:
             raise SettingsError(
-                f"{where}: no exercise called {key!r}; the exercises are: {', '.join(checks)}"
+                f"{where}: no exercise called {_key(key)}; the exercises are: {', '.join(checks)}"
             )
         return checks[key]
 
@@ -153,7 +163,7 @@ def parse(text: str, checks: dict[str, list[str]], name: str = SETTINGS_FILE) ->
         names = exercise_of(key, f"{name} [gates]")
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
             raise SettingsError(f"{name} [gates] {key} must be a list of check names")
-        _unknown(value, names, f"{name} [gates] {key}")
+        _unknown(value, names, f"{name} [gates] {key}", "check")
         gates[key] = tuple(value)
     hidden = _table(data.get("hidden", {}), "hidden")
     _unknown(hidden, _HIDDEN, f"{name} [hidden]")
@@ -165,7 +175,9 @@ def parse(text: str, checks: dict[str, list[str]], name: str = SETTINGS_FILE) ->
         )
     in_total = hidden.get("in_total", True)
     if not isinstance(in_total, bool):
-        raise SettingsError(f"{name} [hidden] in_total must be true or false")
+        raise SettingsError(
+            f"{name} [hidden] in_total must be true or false, not {_toml(in_total)}"
+        )
     hidden_points = {
         str(practical): _number(value, f"{name} [hidden.points] {practical}", 0, ">= 0")
         for practical, value in _table(hidden.get("points", {}), "hidden.points").items()
