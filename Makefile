@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed-stamp
 # handout: cut
 # Lines between "# handout: cut" and "# handout: end cut" are left out of the students'
 # Makefile that `make handout` writes; "# handout only: " lines are put in, uncommented.
-.PHONY: venv test test-slow lint train demo exercises solutions compat compat-floors compat-colab compat-newest autograder handout clean
+.PHONY: venv test test-slow lint train demo exercises solutions compat compat-floors compat-colab compat-colab-previous compat-newest autograder handout clean
 # handout: end cut
 # handout only: .PHONY: venv test train demo clean
 
@@ -68,18 +68,23 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest tests --ignore=tests/graded --impl solutions -q -n $(JOBS) -m slow \
 	    --dist loadfile
 
-# Compatibility environments (CI runs them after `make test`; they need pyenv's Python 3.10
-# and 3.13, or FLOORS_PYTHON / COLAB_PYTHON / NEWEST_PYTHON): the dependency floors of
-# pyproject.toml on the oldest supported Python; Colab's runtime as published
-# (.ci/colab-pip-freeze.txt: Python 3.13, jax 0.7.2 and the rest of Colab's versions), set up
-# by the notebooks' own setup cell, with the solved notebooks run as in Colab; and the newest
-# release of everything on the newest Python (.ci/newest-passed.txt: what last passed). Each:
-# the graded suite, the loop's library tests and the demo run. See .ci/compat.sh.
-compat: compat-floors compat-colab compat-newest
+# Compatibility environments (CI runs them after `make test`; they need pyenv's Python 3.10,
+# 3.12 and 3.13, or FLOORS_PYTHON / COLAB_PYTHON / COLAB_PREVIOUS_PYTHON / NEWEST_PYTHON): the
+# dependency floors of pyproject.toml on the oldest supported Python; Colab's runtime as
+# published (.ci/colab-pip-freeze.txt: Python 3.13, jax 0.7.2 and the rest of Colab's
+# versions), set up by the notebooks' own setup cell, with the solved notebooks run as in
+# Colab; Colab's previous runtime the same way (.ci/colab-previous-pip-freeze.txt: Python
+# 3.12); and the newest release of everything on the newest Python (.ci/newest-passed.txt:
+# what last passed). Each: the graded suite, the loop's library tests and the demo run. See
+# .ci/compat.sh. The autograder's lane is in `make test-slow` (tests/test_autograder.py: a
+# Python 3.10 every user can read, .ci/readable_python.sh, with the versions setup.sh ships).
+compat: compat-floors compat-colab compat-colab-previous compat-newest
 compat-floors:
 	bash .ci/compat.sh floors
 compat-colab:
 	bash .ci/compat.sh colab
+compat-colab-previous:
+	bash .ci/compat.sh colab-previous
 compat-newest:
 	bash .ci/compat.sh newest
 # handout: end cut

@@ -5,14 +5,17 @@
 #           version of every package of the course's dependency tree that Colab has installed
 #           first, then the notebooks' own setup cell (from a file:// clone), then a pip freeze
 #           check that Colab's versions were kept and only the tested pins added
+#   colab-previous  the same, for Colab's previous runtime (.ci/colab-previous-pip-freeze.txt:
+#           Python 3.12), which users may pin
 #   newest  the newest release of every dependency on the newest Python here; it records the
 #           versions that passed (.ci/newest-passed.txt) and, when it breaks, says what moved
 # Each runs the graded suite against the solutions, the tests of the checks' messages, the
 # library tests of the training loop and the demo training; colab also runs every solved
-# notebook. FLOORS_PYTHON / COLAB_PYTHON / NEWEST_PYTHON name other interpreters.
+# notebook. FLOORS_PYTHON / COLAB_PYTHON / COLAB_PREVIOUS_PYTHON / NEWEST_PYTHON name other
+# interpreters.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-kind=${1:?usage: .ci/compat.sh floors|colab|newest}
+kind=${1:?usage: .ci/compat.sh floors|colab|colab-previous|newest}
 envs=$root/.compat
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -54,6 +57,14 @@ graded_and_demo() {  # graded_and_demo ENV FOLDER: the graded suite and the demo
   (cd "$2" && "$py" -m pytest tests/test_training.py tests/test_batching.py \
       tests/test_evaluation.py tests/test_optim.py tests/test_transform.py \
       tests/test_checkpoint.py --impl solutions -q -p no:cacheprovider -m "not slow")
+  # the handout's recorded answers (made with the instructor's jax, .venv's) replayed under
+  # this lane's jax: the solutions, as a student's exercises, earn every point
+  "$root/.venv/bin/python" -m m2l_nlp.grading.trusted.bundle handout "$work/handout" \
+      --repository https://example.invalid/handout > /dev/null
+  cp "$root"/solutions/practical*.py "$work/handout/exercises/"
+  (cd "$work/handout" && PYTHONPATH="$work/handout" M2L_ROOT= "$py" -m pytest -q \
+      -p no:cacheprovider > "$work/replay.log" 2>&1) || { cat "$work/replay.log"; exit 1; }
+  echo "the handout's records replayed under this lane's jax: $(grep -E '^total' "$work/replay.log")"
   (cd "$2" && "$py" -m m2l_nlp.cli train --data small --no-progress --out "$work/demo" \
       --cache-dir "$work/cache")
   "$py" - "$work/demo/metrics.json" <<'PY'
@@ -63,6 +74,16 @@ assert accuracy >= 0.8, f"the demo run learned too little: test accuracy {accura
 print(f"demo run: test accuracy {accuracy:.3f}")
 PY
 }
+
+if [ "$kind" = colab-previous ]; then
+  # Colab's previous runtime (.ci/colab-previous-pip-freeze.txt: Python 3.12, numpy 2.0.2),
+  # which users may pin: the same lane with its own freeze file
+  export COLAB_RUNTIME=previous
+  kind=colab
+  COLAB_PYTHON=${COLAB_PREVIOUS_PYTHON:-$(pyenv_python 3.12 COLAB_PREVIOUS_PYTHON)}
+  [ -n "$COLAB_PYTHON" ] || exit 2
+  envs=$root/.compat/previous
+fi
 
 case $kind in
 floors)
@@ -116,9 +137,23 @@ newest)
   status=$?
   set -e
   "$py" "$root/.ci/versions.py" newest-check "$([ $status = 0 ] && echo passed || echo failed)"
+  # A pair that pip allows but that cannot import (dm-haiku does not declare jax): dm-haiku
+  # 0.0.16 beside this jax (0.11 or newer) is refused by `import m2l_nlp` in one line.
+  pip_install newest --no-deps dm-haiku==0.0.16
+  if "$py" -c "import haiku" > /dev/null 2>&1; then
+    echo "newest: dm-haiku 0.0.16 imports beside this jax; the refusal is not exercised" >&2
+  else
+    echo "newest: dm-haiku 0.0.16 does not import beside jax $("$py" -c 'import importlib.metadata as m; print(m.version("jax"))')"
+  fi
+  refused=$(cd "$work" && "$py" -c "import m2l_nlp" 2>&1 >/dev/null) && {
+    echo "newest: import m2l_nlp accepted dm-haiku 0.0.16" >&2; exit 1; }
+  [ "$(printf '%s\n' "$refused" | wc -l)" = 1 ] && [[ $refused == *"dm-haiku>=0.0.17"* ]] ||
+    { echo "newest: the refusal of dm-haiku 0.0.16 is not one line: $refused" >&2; exit 1; }
+  echo "newest: refused in one line: $refused"
+  pip_install newest --no-deps dm-haiku==0.0.17
   ;;
 *)
-  echo "compat: unknown environment $kind (floors, colab or newest)" >&2
+  echo "compat: unknown environment $kind (floors, colab, colab-previous or newest)" >&2
   exit 2
   ;;
 esac

@@ -15,6 +15,11 @@ the newest that last passed. ``python .ci/versions.py COMMAND ...``:
                               record it; after a failure, say which packages moved (from -> to)
   refresh [FILE --commit SHA --date DATE]   rewrite .ci/colab-pip-freeze.txt from Colab's
                               published list (downloaded when FILE is not given)
+  gradescope-lock PYTHON      write the versions the autograder installs for Python PYTHON
+                              (3.10, say) from pip's resolution of the course's dependencies
+
+COLAB_RUNTIME=previous: the Colab commands read and write .ci/colab-previous-pip-freeze.txt,
+Colab's previous runtime (users may pin it), instead.
 
 Only the standard library here, except ``tree`` (``packaging``, in every lane's tree).
 """
@@ -22,15 +27,22 @@ Only the standard library here, except ``tree`` (``packaging``, in every lane's 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 import urllib.request
 from pathlib import Path
 
 CI = Path(__file__).resolve().parent
-COLAB_FREEZE = CI / "colab-pip-freeze.txt"
+COLAB_FREEZE = CI / (
+    "colab-previous-pip-freeze.txt"
+    if os.environ.get("COLAB_RUNTIME") == "previous"
+    else "colab-pip-freeze.txt"
+)
 COLAB_TESTED = CI.parent / "m2l_nlp" / "notebooks" / "colab_tested.txt"
 NEWEST_PASSED = CI / "newest-passed.txt"
+# What the autograder's setup.sh installs, one file per Python (python3.10.txt, ...)
+GRADESCOPE_LOCKS = CI.parent / "m2l_nlp" / "grading" / "trusted" / "gradescope"
 COLAB_SOURCE = "https://raw.githubusercontent.com/googlecolab/backend-info/main/pip-freeze.gpu.txt"
 CUDA_PLUGINS = re.compile(r"jax-cuda\d+-(plugin|pjrt)")
 COURSE = "m2l-nlp"
@@ -183,7 +195,49 @@ def refresh(args: list[str]) -> int:
     ]
     body = [line for line in text.splitlines() if line.strip() and not line.startswith("#")]
     COLAB_FREEZE.write_text("\n".join(head + body) + "\n")
-    print(f"{COLAB_FREEZE}: {len(body)} packages; now run `make compat-colab` and commit")
+    lane = "colab-previous" if COLAB_FREEZE.name.startswith("colab-previous") else "colab"
+    print(f"{COLAB_FREEZE}: {len(body)} packages; now run `make compat-{lane}` and commit")
+    return 0
+
+
+def gradescope_lock(python: str) -> int:
+    """Write the lock of ``python``'s version: what pip picks today for the course's runtime
+    dependencies (pyproject.toml), resolved by that Python itself so that every marker holds."""
+    import subprocess
+    import tempfile
+
+    import tomllib
+
+    project = tomllib.loads((CI.parent / "pyproject.toml").read_text())["project"]
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([python, "-m", "venv", f"{tmp}/env"], check=True)
+        py = f"{tmp}/env/bin/python"
+        subprocess.run([py, "-m", "pip", "install", "-q", "--upgrade", "pip"], check=True)
+        report = Path(tmp) / "report.json"
+        subprocess.run(
+            [py, "-m", "pip", "install", "-q", "--dry-run", "--ignore-installed"]
+            + ["--report", str(report), *project["dependencies"]],
+            check=True,
+        )
+        version = subprocess.run(
+            [py, "-c", "import platform; print(platform.python_version())"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        planned = json.loads(report.read_text())["install"]
+    versions = {norm(p["metadata"]["name"]): p["metadata"]["version"] for p in planned}
+    minor = ".".join(version.split(".")[:2])
+    lock = GRADESCOPE_LOCKS / f"python{minor}.txt"
+    import datetime
+
+    lock.write_text(
+        f"# What the autograder's setup.sh installs into a Python {minor} (pip's choice on "
+        f"{datetime.date.today()}, Python {version}),\n"
+        "# tested by `make test-slow` (tests/test_autograder.py). Refresh: "
+        f"python .ci/versions.py gradescope-lock python{minor}\n" + freeze_lines(versions)
+    )
+    print(f"{lock}: {len(versions)} packages; now run `make test-slow` and commit")
     return 0
 
 
@@ -203,6 +257,8 @@ def main(argv: list[str]) -> int:
         return newest_check(args[0])
     elif command == "refresh":
         return refresh(args)
+    elif command == "gradescope-lock":
+        return gradescope_lock(args[0])
     else:
         raise SystemExit(__doc__)
     return 0

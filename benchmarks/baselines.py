@@ -22,7 +22,7 @@ import os
 import time
 
 from m2l_nlp.config import BASELINES, PRESETS
-from m2l_nlp.data import prepare_for
+from m2l_nlp.data.pipeline import prepare_for
 from m2l_nlp.overrides import override
 from m2l_nlp.runs.experiment import train_and_evaluate
 

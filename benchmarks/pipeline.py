@@ -5,7 +5,8 @@ Three pipelines are timed in the same run, on the same machine:
 * seed-style: our re-implementation of the tutorial's approach (read every ``.txt`` of an
   extracted ``aclImdb/`` with a Python loop into pandas, ``train_from_iterator`` over the
   train texts, ``encode_batch`` with the tokenizer's padding, then Python lists to arrays);
-* ours, cold: ``m2l_nlp.data.prepare_imdb`` with an empty cache (reads the archive directly);
+* ours, cold: ``m2l_nlp.data.pipeline.prepare_imdb`` with an empty cache (reads the archive
+  directly);
 * ours, warm: the same call again (served from the cache).
 
     nice -n 5 .venv/bin/python benchmarks/pipeline.py [--data PATH] [--repeat N]

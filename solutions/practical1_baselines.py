@@ -380,7 +380,7 @@ class LSTMClassifier(hk.Module):
 
 # %% active="ipynb"
 # from m2l_nlp.config import PRESETS
-# from m2l_nlp.data import prepare_for
+# from m2l_nlp.data.pipeline import prepare_for
 # from m2l_nlp.runs.experiment import train_and_evaluate
 #
 # FULL_IMDB = False

@@ -619,7 +619,7 @@ def classifier_forward(
 
 # %% active="ipynb"
 # from m2l_nlp.config import PRESETS
-# from m2l_nlp.data import prepare_for
+# from m2l_nlp.data.pipeline import prepare_for
 # from m2l_nlp.data.splits import split_validation
 # from m2l_nlp.train.evaluation import evaluate
 # from m2l_nlp.data.tokenization import batch_encode

@@ -13,6 +13,7 @@ and its test checks that the honest practical kept its marks.
 from __future__ import annotations
 
 import base64
+import functools
 import gzip
 import json
 import os
@@ -44,18 +45,28 @@ LIMITS = ("RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CORE")
 pytestmark = pytest.mark.slow
 
 
+GRADESCOPE_PYTHON = "M2L_GRADESCOPE_PYTHON"
+GRADESCOPE_VERSION = "3.10"  # Gradescope's default base image, Ubuntu 22.04
+
+
+@functools.cache
 def _python_for_everyone() -> str:
-    """A ``python3`` that the unprivileged user can run too (pyenv's may sit under /root)."""
+    """Gradescope's ``python3``: a Python 3.10 that the unprivileged user can run too
+    (``$M2L_GRADESCOPE_PYTHON``, else pyenv's copied where every user may read it:
+    .ci/readable_python.sh). Root only: setup.sh and the student's user need it."""
     if os.geteuid() != 0:
-        return sys.executable
-    for candidate in ("/usr/bin/python3", "/usr/local/bin/python3"):
-        probe = subprocess.run(
-            ["runuser", "-u", "nobody", "--", candidate, "-c", "import venv"],
-            capture_output=True,
-        )
-        if probe.returncode == 0:
-            return candidate
-    pytest.skip("no python3 that user nobody may run (the autograder drops to that user)")
+        pytest.skip("the autograder's end-to-end tests run as root (setup.sh, a student user)")
+    if os.environ.get(GRADESCOPE_PYTHON):
+        return os.environ[GRADESCOPE_PYTHON]
+    made = subprocess.run(
+        ["bash", str(ROOT / ".ci" / "readable_python.sh"), GRADESCOPE_VERSION]
+        + [str(ROOT / ".compat" / f"python{GRADESCOPE_VERSION}")],
+        capture_output=True,
+        text=True,
+    )
+    if made.returncode != 0:
+        pytest.fail(f"no Python {GRADESCOPE_VERSION} for the autograder: {made.stderr.strip()}")
+    return made.stdout.strip().splitlines()[-1]
 
 
 @pytest.fixture(scope="module")
@@ -92,6 +103,31 @@ def installed():
         yield root, env
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+def test_an_image_whose_python_has_no_tested_versions_fails_to_build_in_one_line(tmp_path):
+    """Gradescope runs setup.sh when it builds the image: a Python without a lock stops
+    there, before anything is installed, never at a student's grading."""
+    python = tmp_path / "python"
+    subprocess.run([sys.executable, "-m", "venv", str(python)], check=True)  # not 3.10
+    source = tmp_path / "autograder" / "source"
+    with zipfile.ZipFile(autograder(tmp_path / "autograder.zip", ROOT)) as zf:
+        zf.extractall(source)
+    before = sorted(p.name for p in (python / "lib").glob("python3*/site-packages/*"))
+    env = {
+        **os.environ,
+        "AUTOGRADER_ROOT": str(tmp_path / "autograder"),
+        "PATH": f"{python / 'bin'}:{os.environ['PATH']}",
+    }
+    setup = subprocess.run(
+        ["bash", str(source / "setup.sh")], env=env, capture_output=True, text=True
+    )
+    assert setup.returncode == 1
+    (line,) = setup.stderr.strip().splitlines()
+    minor = f"{sys.version_info[0]}.{sys.version_info[1]}"
+    assert line.startswith(f"m2l-nlp autograder: this image's python3 is Python {minor}, ")
+    assert f"(it has: {GRADESCOPE_VERSION})" in line and "gradescope-lock" in line
+    assert sorted(p.name for p in (python / "lib").glob("python3*/site-packages/*")) == before
 
 
 def _stubs(folder: Path) -> None:
@@ -644,6 +680,18 @@ def graded(installed, tmp_path_factory):
             bystander.wait()
 
 
+def _lock_of(python: str) -> dict[str, str]:
+    """The versions that setup.sh installs into ``python`` (its lock file)."""
+    minor = subprocess.run(
+        [python, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    lock = ROOT / "m2l_nlp" / "grading" / "trusted" / "gradescope" / f"python{minor}.txt"
+    return dict(line.split("==") for line in lock.read_text().splitlines() if "==" in line)
+
+
 def _tests(data: dict) -> dict[str, dict]:
     return {t["name"]: t for t in data["tests"]}
 
@@ -666,6 +714,8 @@ def test_the_honest_submission_earns_every_point_through_run_autograder(graded):
     assert data["score"] == FULL
     assert [t["score"] for t in data["tests"]] == [t["max_score"] for t in data["tests"]]
     assert "180 / 180" in honest.stdout  # the log says what the file says
+    lock = _lock_of(_python_for_everyone())
+    assert f"jax=={lock['jax']} dm-haiku=={lock['dm-haiku']}" in honest.stdout  # as tested
     hidden = _tests(data)["attention_beyond_the_examples (hidden)"]
     assert hidden["visibility"] == "after_due_date" and hidden["score"] == 10
     assert data["stdout_visibility"] == "hidden" and data["extra_data"]["seed"] > 0

@@ -96,19 +96,8 @@ def test_bad_input_says_what_is_wrong():
         bigrams.merge_bigram_tokens(ids, mask, np.array([[2, 3], [1, 2]], np.int32), base=4)
 
 
-def test_the_table_round_trips_and_an_earlier_merge_mode_file_still_loads(tmp_path):
+def test_the_table_round_trips(tmp_path):
     table = np.array([[1, 2], [3, 4]], np.int32)
     assert bigrams.load_table(tmp_path) is None  # nothing saved
     bigrams.save_table(tmp_path, table)
     np.testing.assert_array_equal(bigrams.load_table(tmp_path), table)
-    assert not (tmp_path / bigrams.MODE_FILE).exists()
-    (tmp_path / bigrams.MODE_FILE).write_text("merge\n")  # as earlier versions could write it
-    np.testing.assert_array_equal(bigrams.load_table(tmp_path), table)
-
-
-def test_interleaved_pair_tokens_of_an_earlier_version_are_refused_in_one_line(tmp_path):
-    bigrams.save_table(tmp_path, np.array([[1, 2]], np.int32))
-    (tmp_path / bigrams.MODE_FILE).write_text("interleave\n")
-    with pytest.raises(ValueError, match="only merged pair tokens") as info:
-        bigrams.load_table(tmp_path)
-    assert "\n" not in str(info.value) and "train a new checkpoint" in str(info.value)

@@ -266,20 +266,6 @@ def test_a_bigram_checkpoint_round_trips_and_predicts_like_the_model(tmp_path, t
         ck.load_checkpoint(path)
 
 
-def test_a_checkpoint_of_an_earlier_version_loads_with_merge_and_not_with_interleave(
-    tmp_path, tokenizer
-):
-    from m2l_nlp.data import bigrams
-
-    _, table, config, _, params = _bigram_model(tokenizer, seed=2)
-    path = ck.save_checkpoint(tmp_path / "ckpt", params, config, tokenizer, bigram_table=table)
-    (path / bigrams.MODE_FILE).write_text("merge\n")  # as earlier versions could write it
-    np.testing.assert_array_equal(ck.load_checkpoint(path).bigram_table, table)
-    (path / bigrams.MODE_FILE).write_text("interleave\n")
-    with pytest.raises(ck.CheckpointError, match="only merged pair tokens"):
-        ck.load_checkpoint(path)
-
-
 def test_predict_tokenizes_no_more_than_the_model_reads(
     tmp_path, params, config, tokenizer, monkeypatch
 ):

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from m2l_nlp import cli, config
-from m2l_nlp.data import prepare_for
+from m2l_nlp.data.pipeline import prepare_for
 from m2l_nlp.model.classifiers import ModelOutputError
 from m2l_nlp.overrides import override
 from m2l_nlp.runs import checkpoint, experiment

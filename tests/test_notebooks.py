@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -13,7 +14,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from m2l_nlp.data import compilation_cache_dir
+from m2l_nlp.data.pipeline import compilation_cache_dir
 from m2l_nlp.impl import repo_root
 from m2l_nlp.notebooks import make as make_notebooks
 
@@ -195,15 +196,31 @@ print(json.dumps({
 
 
 def run_setup(
-    tmp_path: Path, mode: str, floor: str = "0", failing: str = "", tested: str | None = None
+    tmp_path: Path,
+    mode: str,
+    floor: str = "0",
+    failing: str = "",
+    tested: str | None = None,
+    installed: str = "",
 ) -> tuple[dict, str]:
     """Run the setup cell twice in a fresh interpreter, as Colab (``mode="colab"``, with a
     stand-in ``google.colab``) or locally; ``failing`` makes the command holding that word
-    fail. Returns the cell's effects and what it printed."""
+    fail; ``installed``: more packages the runtime has (pip freeze lines, their metadata
+    only). Returns the cell's effects and what it printed."""
     clone_dir = str(tmp_path / "clone")
+    env = dict(os.environ)
+    if installed:
+        site = tmp_path / "runtime-site"
+        for name, version in (line.split("==") for line in installed.split()):
+            info = site / f"{name.replace('-', '_')}-{version}.dist-info"
+            info.mkdir(parents=True)
+            meta = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
+            (info / "METADATA").write_text(meta)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
     result = subprocess.run(
         [sys.executable, "-c", RUN_SETUP, clone_dir, mode, failing],
         input=make_notebooks.setup_code(URL, clone_dir=clone_dir, floor=floor, tested=tested),
+        env=env,
         cwd=tmp_path,
         capture_output=True,
         text=True,
@@ -245,6 +262,27 @@ def test_setup_cell_in_colab_clones_once_and_pins_jax(tmp_path: Path):
     assert state["compile_cache"] == str(compilation_cache_dir())
     assert state["m2l_root"] == clone_dir and state["path0"] == clone_dir
     assert "device(s)" in printed
+
+
+def test_setup_cell_keeps_every_cuda_plugin_the_runtime_has(tmp_path: Path):
+    """Colab's GPU image with jax's CUDA 13 plugins (and CUDA 12's beside them): the cell
+    pins each at its installed version, so pip neither reinstalls nor removes one."""
+    colab = "jax-cuda13-plugin==0.7.2 jax-cuda13-pjrt==0.7.2 nvidia-nccl-cu13==2.28.9"
+    colab += " jax-cuda12-plugin==0.7.1 jax_cuda12_pjrt==0.7.1"
+    state, _ = run_setup(tmp_path, "colab", installed=colab)
+    pip = next(c for c in state["calls"] if c[1:4] == ["-m", "pip", "install"])
+    assert not {"--upgrade", "-U", "--force-reinstall", "uninstall"} & set(pip)
+    constraints = Path(pip[pip.index("-c") + 1]).read_text().split()
+    for pin in (
+        "jax-cuda13-plugin==0.7.2",
+        "jax-cuda13-pjrt==0.7.2",
+        "jax-cuda12-plugin==0.7.1",
+        "jax_cuda12_pjrt==0.7.1",
+    ):
+        assert pin in constraints
+    assert not any(c.startswith("nvidia") for c in constraints)  # jax's plugins pull those
+    state, _ = run_setup(tmp_path / "old", "colab", floor="99.0", installed=colab)
+    assert "`!pip install -q 'jax[cuda13]>=99.0'`" in state["shown"][0]
 
 
 @pytest.mark.parametrize(
@@ -312,8 +350,8 @@ def small_imdb(monkeypatch, users_xla_flags):
     for IMDB without naming a source (``prepare_imdb()``, ``load_imdb()``): no download. They
     compile with the user's XLA_FLAGS, not pytest's checking flags, as in a student's kernel
     (``check()`` gives its own programs the checking options)."""
-    from m2l_nlp.data import SMALL_DATA
     from m2l_nlp.data.imdb_archive import SOURCE_ENV
+    from m2l_nlp.data.pipeline import SMALL_DATA
 
     monkeypatch.setenv(SOURCE_ENV, str(SMALL_DATA))
 

@@ -233,7 +233,7 @@ def test_baseline_forward_shapes_and_padding(model):
     import jax
 
     from m2l_nlp.config import BaselineConfig
-    from m2l_nlp.model import baseline
+    from m2l_nlp.model.classifiers import baseline
 
     config = BaselineConfig(model=model, num_buckets=64, hidden_sizes=(8,), hidden_size=8)
     rng = np.random.default_rng(0)

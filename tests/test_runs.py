@@ -36,11 +36,11 @@ def test_describe_tells_our_runs_from_the_users_files(tmp_path):
     assert runs.describe(tmp_path / "nothing") == "missing"
     (tmp_path / "empty").mkdir()
     assert runs.describe(tmp_path / "empty") == "empty"
-    legacy = tmp_path / "legacy"  # written by the version before run.json
-    legacy.mkdir()
-    write_run(legacy, 0.9)
-    (legacy / "training_curves.png").write_bytes(b"png")
-    assert runs.describe(legacy) == "run"
+    unmarked = tmp_path / "unmarked"  # our file names without run.json: not known as ours
+    unmarked.mkdir()
+    write_run(unmarked, 0.9)
+    (unmarked / "training_curves.png").write_bytes(b"png")
+    assert runs.describe(unmarked) == "foreign"
     mine = tmp_path / "mine"
     mine.mkdir()
     (mine / "notes.txt").write_text("mine")
@@ -132,12 +132,12 @@ def test_overwrite_never_deletes_a_file_the_user_put_into_a_run(tmp_path, where)
     assert set(hidden_siblings(out)) <= {".out.lock"}
 
 
-def test_a_run_written_before_runs_listed_their_files_holds_only_its_known_files(tmp_path):
+def test_files_a_run_did_not_list_are_the_users_and_refused(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
-    write_run(out, 0.5)  # no run.json: the version before it
-    for name in ("config.json", "tokenizer.json", "bigrams.npy", "meta.json"):
-        (out / "checkpoint" / name).write_text("x")
+    write_run(out, 0.5)
+    listed = ["checkpoint/params.npz", "metrics.json", runs.MARKER]
+    (out / runs.MARKER).write_text(json.dumps({"m2l_nlp_run": True, "files": listed}))
     (out / "checkpoint" / "notes.txt").write_text("mine")
     with pytest.raises(runs.RunFolderError, match=r"\(checkpoint/notes\.txt\)"):
         with runs.open_run(out, overwrite=True):
@@ -151,7 +151,7 @@ def test_a_run_written_before_runs_listed_their_files_holds_only_its_known_files
 def test_a_second_run_on_the_same_folder_refuses_at_once(tmp_path):
     out = tmp_path / "out"
     code = (
-        "import sys, time\nfrom m2l_nlp import runs\n"
+        "import sys, time\nfrom m2l_nlp.runs import folders as runs\n"
         "with runs.open_run(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(60)\n"
     )
     holder = subprocess.Popen(
@@ -300,6 +300,8 @@ def test_the_lock_goes_with_the_run_that_held_it(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["mine"]
     out.mkdir()
     write_run(out, 0.5)
+    listed = ["checkpoint/params.npz", "metrics.json", runs.MARKER]
+    (out / runs.MARKER).write_text(json.dumps({"m2l_nlp_run": True, "files": listed}))
     with pytest.raises(runs.RunFolderError, match="already holds a run"):  # under the lock
         with runs.open_run(out):
             pass
@@ -311,7 +313,7 @@ def test_a_lock_that_another_run_holds_is_never_removed(tmp_path):
     end must not remove the second run's lock, or a third run would write beside it."""
     out = tmp_path / "out"
     code = (
-        "import sys, time\nfrom m2l_nlp import runs\n"
+        "import sys, time\nfrom m2l_nlp.runs import folders as runs\n"
         "with runs.open_run(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(60)\n"
     )
     second = None

@@ -24,7 +24,7 @@ from m2l_nlp.transform import funcs_from_stateful
 def _delta(model, params, optimizer, random_split):
     ids, mask, labels = random_split(8, seed=1, min_len=2)
     state = optim.init_state(jax.tree_util.tree_map(jnp.array, params), optimizer)
-    new, loss, correct = training.train_step(
+    new, loss, correct = step.train_step(
         state, jax.random.PRNGKey(1), ids, mask, labels, model=model, optimizer=optimizer
     )
     assert np.isfinite(float(loss)) and 0 <= float(correct) <= 8
@@ -65,7 +65,7 @@ def test_micro_batched_step_makes_the_same_update(tiny_config, tiny_params, rand
     results = []
     for m in (1, micro):
         state = optim.init_state(jax.tree_util.tree_map(jnp.array, params), optimizer)
-        new, loss, correct = training.train_step(
+        new, loss, correct = step.train_step(
             state, jax.random.PRNGKey(1), ids, mask, labels, weights,
             model=model, optimizer=optimizer, micro=m,
         )  # fmt: skip

@@ -632,6 +632,9 @@ def test_what_student_code_prints_is_escaped_before_the_log(capsys):
     text = safe_text(forged)
     assert "\x1b" not in text and "\r" not in text and "\ud800" not in text
     assert "\\u001b" in text and "\\ud800" in text and "\\u202e" in text
+    hidden = "\u061c\u00ad\u180e\ufff9\u2028\u2029\U000e0041"  # found by an attack
+    assert safe_text(hidden) == "\\u061c\\u00ad\\u180e\\ufff9\\u2028\\u2029\\U000e0041"
+    assert safe_text("é 日本\n\t") == "é 日本\n\t"
     assert safe_text("x" * 50, 10) == "x" * 10 + " [... 40 more characters]"
     safe_log(print)(forged)
     assert "\x1b" not in capsys.readouterr().out
@@ -812,3 +815,58 @@ def test_the_memory_watch_waits_while_the_reference_starts_again():
     finally:
         hog.kill()
         hog.wait()
+
+
+def test_memory_the_kernel_holds_for_the_student_counts_against_the_budget(tmp_path):
+    """A detached System V segment and a file in an in-memory folder belong to no process,
+    yet they are memory: the watch counts both."""
+    import subprocess
+
+    from m2l_nlp.grading.trusted.limits import MemoryWatch, TmpfsGrowth, detached_shared_memory
+
+    nobody, python = 65534, "/usr/bin/python3"
+    if not os.access(python, os.X_OK):
+        pytest.skip("no /usr/bin/python3 for the student's user")
+    make = (
+        "import ctypes\nlibc = ctypes.CDLL(None)\n"
+        "libc.shmat.restype = ctypes.c_void_p\n"
+        "i = libc.shmget(0, 8 << 20, 0o1000 | 0o600)\n"
+        "p = ctypes.c_void_p(libc.shmat(i, None, 0))\n"
+        "ctypes.memset(p, 1, 8 << 20)\nlibc.shmdt(p)\nprint(i)\n"
+    )
+    before = detached_shared_memory(nobody)
+    made = subprocess.run(
+        [python, "-I", "-c", make],
+        user=nobody,
+        group=nobody,
+        extra_groups=[],
+        capture_output=True,
+        text=True,
+        cwd="/",
+    )
+    ident = int(made.stdout)
+    try:
+        assert detached_shared_memory(nobody) - before >= 8 << 20
+    finally:
+        import ctypes
+
+        ctypes.CDLL(None).shmctl(ident, 0, None)
+    assert detached_shared_memory(nobody) == before
+
+    growth = TmpfsGrowth()
+    if "/dev/shm" not in growth.mounts:
+        pytest.skip("no writable tmpfs /dev/shm here")
+    planted = Path("/dev/shm") / f"m2l-test-{os.getpid()}"
+    try:
+        planted.write_bytes(b"\1" * (4 << 20))
+        assert growth.grown() >= 4 << 20
+        extra = lambda: detached_shared_memory(nobody) + growth.grown()  # noqa: E731
+        with MemoryWatch(2 << 20, set, lambda: None, interval=0.05, extra=extra) as watch:
+            deadline = time.monotonic() + 5
+            while watch.tripped is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+        assert watch.reset() >= 4 << 20
+        growth.reset()
+        assert growth.grown() < 1 << 20
+    finally:
+        planted.unlink(missing_ok=True)

@@ -23,9 +23,6 @@ from pathlib import Path
 import numpy as np
 
 TABLE_FILE = "bigrams.npy"
-# Beside the table in folders of earlier versions, which could also put each pair after its
-# token ("interleave"); absent or "merge": the merged ids above, the only layout read now.
-MODE_FILE = "bigram_mode.txt"
 
 
 def _codes(ids: np.ndarray, base: int) -> np.ndarray:
@@ -93,18 +90,8 @@ def save_table(folder: Path, table: np.ndarray) -> None:
 
 
 def load_table(folder: Path) -> np.ndarray | None:
-    """The table :func:`save_table` wrote in ``folder`` (``None`` if none).
-
-    Raises ``ValueError`` for a folder whose pair tokens were interleaved with the tokens (an
-    earlier version's experiment), which the merged ids of this version cannot stand for."""
+    """The table :func:`save_table` wrote in ``folder`` (``None`` if none)."""
     folder = Path(folder)
     if not (folder / TABLE_FILE).is_file():
         return None
-    if (folder / MODE_FILE).is_file():
-        mode = (folder / MODE_FILE).read_text().strip()
-        if mode != "merge":
-            raise ValueError(
-                f"{folder / MODE_FILE} says {mode!r}: this version reads only merged pair tokens "
-                "('merge'): train a new checkpoint"
-            )
     return np.load(folder / TABLE_FILE, allow_pickle=False)

@@ -242,7 +242,6 @@ def prepare_imdb(
         "vocab_size": vocab_size,
         "seq_len": seq_len,
         "bigram_tokens": bigram_tokens,
-        "bigram_mode": "merge",  # the only layout now; kept so that existing caches stay valid
         "seed": seed,
         "version": PREPARED_VERSION,
         "tokenizers": tokenizers.__version__,

@@ -67,7 +67,7 @@ def split_validation(data: PreparedData, val_size: int) -> tuple[Split, Split | 
     """``(train, validation)`` splits of the training reviews (None for ``val_size=0``).
 
     The validation reviews are :func:`film_blocks` of :data:`VAL_BLOCK` neighbouring file
-    ids, drawn with the seed that shuffled the reviews (:func:`m2l_nlp.data.prepare_imdb`):
+    ids, drawn with the seed that shuffled the reviews (:func:`m2l_nlp.data.pipeline.prepare_imdb`):
     for a given seed, every model, whatever its encoding, validates on the same reviews.
     Both splits keep the shuffled order."""
     n = len(data.train_labels)

@@ -10,8 +10,10 @@ import tempfile
 REPO_URL = "https://github.com/m2l-nlp/m2l-nlp"  # [project.urls] Repository of pyproject.toml
 CLONE_DIR = "/content/m2l-nlp"
 JAX_FLOOR = "0.4.36"  # the oldest jax the course supports (pyproject.toml)
-# Colab's own builds for its accelerator: installing the course keeps them as they are.
-KEEP = ("jax", "jaxlib", "jax-cuda12-plugin", "jax-cuda12-pjrt", "numpy")
+# Colab's own builds for its accelerator: installing the course keeps them as they are, with
+# every accelerator plugin of jax the runtime has (CUDA 12, CUDA 13, a TPU's).
+KEEP = ("jax", "jaxlib", "numpy")
+PLUGINS = re.compile(r"jax[-_.]cuda\d+[-_.](plugin|pjrt)|libtpu([-_.]nightly)?", re.IGNORECASE)
 # What Colab lacks, at the versions that the course's simulated Colab tested beside Colab's own
 # packages (written by `make solutions` from m2l_nlp/notebooks/colab_tested.txt).
 TESTED = "dm-haiku==0.0.17"
@@ -36,6 +38,18 @@ def _installed(package):
         return None
 
 
+def _kept():
+    """What the runtime's jax runs on: KEEP and every accelerator plugin installed."""
+    plugins = {d.metadata["Name"] for d in importlib.metadata.distributions()}
+    return [*KEEP, *sorted(p for p in plugins if p and PLUGINS.fullmatch(p))]
+
+
+def _cuda():
+    """The CUDA major version of the runtime's jax plugins (12 where there is none)."""
+    found = [re.search(r"cuda(\d+)", p.lower()) for p in _kept()]
+    return max([int(m[1]) for m in found if m] or [12])
+
+
 def _run(command, what, advice):
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
@@ -53,8 +67,8 @@ if "google.colab" in sys.modules:
     if jax_version and _numbers(jax_version) < _numbers(JAX_FLOOR):
         raise SetupError(
             f"this runtime has jax {jax_version}, the course needs {JAX_FLOOR} or newer: run "
-            f"`!pip install -q 'jax[cuda12]>={JAX_FLOOR}'` in a cell, then Runtime > Restart "
-            "session, and run this cell again"
+            f"`!pip install -q 'jax[cuda{_cuda()}]>={JAX_FLOOR}'` in a cell, then Runtime > "
+            "Restart session, and run this cell again"
         )
     tested = dict(pin.split("==") for pin in TESTED.split())
     untested = [p for p, v in tested.items() if _installed(p) not in (None, v)]
@@ -74,7 +88,7 @@ if "google.colab" in sys.modules:
         )
     # Colab's jax stack stays as installed (pip keeps the rest of what Colab has, as it
     # satisfies the course); what Colab lacks comes at the tested versions.
-    pins = [f"{package}=={_installed(package)}" for package in KEEP if _installed(package)]
+    pins = [f"{package}=={_installed(package)}" for package in _kept() if _installed(package)]
     pins += TESTED.split()
     constraints = os.path.join(tempfile.gettempdir(), "m2l-nlp-constraints.txt")
     with open(constraints, "w") as handle:
@@ -92,7 +106,9 @@ if "google.colab" in sys.modules:
 
 try:
     import m2l_nlp  # noqa: F401
-except ImportError:
+except ImportError as error:
+    if hasattr(error, "_render_traceback_"):  # m2l_nlp's own line: which versions to install
+        raise SetupError(str(error)) from None
     raise SetupError(
         "the course package m2l_nlp is not installed: run `pip install -e .` in the "
         "repository root (or open this notebook in Colab)"
@@ -101,7 +117,7 @@ except ImportError:
 # Before the first `import jax`: GPU memory on demand (JAX grabs most of it at start-up
 # otherwise), and compiled programs kept on disk so that training again compiles nothing.
 from m2l_nlp import devices as m2l_devices  # noqa: E402
-from m2l_nlp.data import compilation_cache_dir  # noqa: E402
+from m2l_nlp.data.pipeline import compilation_cache_dir  # noqa: E402
 
 m2l_devices.configure_environment(compilation_cache=compilation_cache_dir())
 

@@ -1,9 +1,3 @@
 """A run of ``m2l-nlp train`` and its folder: ``folders`` (atomic, locked, resumable run folders)
 < ``checkpoint`` (save, load, predict) < ``experiment`` (``train_and_evaluate``: the whole job)
-; ``predict_input`` reads the reviews of ``m2l-nlp predict``.
-
-``m2l_nlp.runs`` itself re-exports :mod:`m2l_nlp.runs.folders`, its import path before the
-layout by package.
-"""
-
-from m2l_nlp.runs.folders import *  # noqa: F403
+; ``predict_input`` reads the reviews of ``m2l-nlp predict``."""

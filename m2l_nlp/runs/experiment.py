@@ -104,7 +104,7 @@ def train_and_evaluate(
     """The whole job: train the model of ``preset`` on ``data``, validate, test, save.
 
     ``data`` is a :class:`~m2l_nlp.data.PreparedData` encoded as the preset says
-    (:func:`m2l_nlp.data.prepare_for`). ``val_size`` training reviews are held out
+    (:func:`m2l_nlp.data.pipeline.prepare_for`). ``val_size`` training reviews are held out
     (:func:`m2l_nlp.data.splits.split_validation`; default: see
     :func:`resolve_val_size`) to validate each epoch and keep the best;
     the test reviews are scored once, at the end, unless ``no_test``. ``impl`` picks the

@@ -52,10 +52,6 @@ from m2l_nlp.train.progress import Progress
 MARKER = "run.json"
 MADE = ".m2l-nlp-made"  # in every folder this module makes, from its first instant
 PROGRESS = "progress.json"
-LEGACY_FILES = {"checkpoint", "metrics.json", "training_curves.png", "confusion_matrix.png"}
-# what a checkpoint held before run.json recorded a run's files (m2l_nlp.runs.checkpoint, bigrams)
-LEGACY_CHECKPOINT = {"params.npz", "config.json", "tokenizer.json", "meta.json"}
-LEGACY_CHECKPOINT |= {"bigrams.npy", "bigram_mode.txt"}
 CRASH_ENV = "M2L_NLP_CRASH_AT"
 NO_EXCHANGE_ENV = "M2L_NLP_NO_EXCHANGE"  # tests: take the two-rename path
 
@@ -112,8 +108,8 @@ def unwritable(folder: Path, option: str) -> str | None:
 
 
 def describe(folder: Path) -> str:
-    """``"missing"``, ``"empty"``, ``"run"`` (ours, marked or written by an older version)
-    or ``"foreign"`` (anything else: the user's files)."""
+    """``"missing"``, ``"empty"``, ``"run"`` (ours: its ``run.json`` says so) or
+    ``"foreign"`` (anything else: the user's files)."""
     if not folder.exists():
         return "missing"
     if not folder.is_dir():
@@ -126,8 +122,7 @@ def describe(folder: Path) -> str:
             if json.loads((folder / MARKER).read_text()).get("m2l_nlp_run"):
                 return "run"
         return "foreign"
-    ours = {n for n in names if n in LEGACY_FILES or n.startswith(".checkpoint.")}
-    return "run" if ours == names and "metrics.json" in names else "foreign"
+    return "foreign"
 
 
 def _make_folder(path: Path) -> None:
@@ -162,29 +157,19 @@ def files_in(folder: Path) -> set[str]:
     return found
 
 
-def _recorded_files(folder: Path) -> set[str] | None:
-    """The files ``run.json`` says the run wrote, or None for a run written before it did."""
+def _recorded_files(folder: Path) -> set[str]:
+    """The files ``run.json`` says the run wrote (itself only, where it lists none)."""
     with contextlib.suppress(OSError, ValueError, AttributeError):
         files = json.loads((folder / MARKER).read_text()).get("files")
         if isinstance(files, list):
             return {str(f) for f in files}
-    return None
-
-
-def _known_legacy(path: str) -> bool:
-    """Whether ``path`` is a file a run written before ``run.json`` listed files held."""
-    top, _, rest = path.partition("/")
-    if top == "checkpoint":
-        return rest in LEGACY_CHECKPOINT
-    return top in LEGACY_FILES | {MARKER} or top.startswith(".checkpoint.")
+    return {MARKER}
 
 
 def foreign_files(folder: Path) -> list[str]:
-    """The files in the run ``folder`` that its run did not write (for runs written before
-    ``run.json`` listed them: that a run is not known to hold), sorted."""
+    """The files in the run ``folder`` that its run did not write, sorted."""
     recorded = _recorded_files(folder)
-    ours = (lambda f: f in recorded) if recorded is not None else _known_legacy
-    return sorted(f for f in files_in(folder) if f != MADE and not ours(f))
+    return sorted(f for f in files_in(folder) if f != MADE and f not in recorded)
 
 
 def _shown_list(paths: list[str], most: int = 5) -> str:

@@ -46,7 +46,7 @@ from m2l_nlp.train.evaluation import evaluate
 from m2l_nlp.train.metrics import EvalResult, Objective
 from m2l_nlp.train.optim import TrainState, eval_params, init_state, make_optimizer
 from m2l_nlp.train.progress import Progress
-from m2l_nlp.train.step import gradient, train_step, update  # noqa: F401  train_step: its old path
+from m2l_nlp.train.step import gradient, update
 from m2l_nlp.transform import ModelFuncs
 
 

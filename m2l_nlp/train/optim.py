@@ -45,11 +45,7 @@ def make_optimizer(settings: TrainSettings, total_steps: int) -> optax.GradientT
         schedule = optax.cosine_decay_schedule(
             settings.learning_rate, total_steps, alpha=settings.final_lr_fraction
         )
-    adamw = optax.chain(  # optax.adamw's chain, step for step
-        optax.scale_by_adam(),
-        optax.add_decayed_weights(settings.weight_decay, _decay_mask),
-        optax.scale_by_learning_rate(schedule),
-    )
+    adamw = optax.adamw(schedule, weight_decay=settings.weight_decay, mask=_decay_mask)
     if not settings.clip_norm:
         return adamw
     return optax.chain(optax.clip_by_global_norm(settings.clip_norm), adamw)

@@ -227,7 +227,7 @@ def _keep_compiled_programs() -> None:
     ``JAX_COMPILATION_CACHE_DIR`` wins (empty: no cache)."""
     import jax
 
-    from m2l_nlp.data import compilation_cache_dir
+    from m2l_nlp.data.pipeline import compilation_cache_dir
     from m2l_nlp.devices import COMPILATION_CACHE_MAX_BYTES
 
     if _CACHE_DIR_AT_START == "":

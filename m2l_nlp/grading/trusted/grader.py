@@ -34,6 +34,7 @@ import argparse
 import contextlib
 import json
 import os
+import platform
 import re
 import resource
 import secrets
@@ -42,6 +43,7 @@ import sys
 import tempfile
 import time
 import traceback
+import unicodedata
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -73,6 +75,8 @@ from m2l_nlp.grading.trusted.limits import (
     STUDENT_OOM_SCORE,
     MemoryWatch,
     TimeBudget,
+    TmpfsGrowth,
+    detached_shared_memory,
     set_oom_score,
 )
 from m2l_nlp.grading.trusted.recording import record
@@ -101,12 +105,17 @@ MESSAGE_CHARS = 2000
 LOG_CHARS = 20_000  # one line of the log (a traceback of student code, say)
 JOBS_FLAG = "--jobs-file"
 
-# Printed as escapes: C0 and C1 controls but newline and tab (terminal escapes, carriage
-# returns that overwrite a line), lone surrogates (print would raise) and the invisible
-# format characters that reorder or hide text.
-_UNSAFE = re.compile(
-    "[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]"
-)
+# Printed as escapes: every control, format, surrogate, private-use, unassigned and line or
+# paragraph separator character (terminal escapes, carriage returns that overwrite a line,
+# bidi marks and invisible tags that reorder or hide text), newline and tab excepted.
+_UNSAFE_KINDS = frozenset({"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"})
+
+
+def _shown(char: str) -> str:
+    if char in "\n\t" or unicodedata.category(char) not in _UNSAFE_KINDS:
+        return char
+    code = ord(char)
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
 
 
 def safe_text(text: object, limit: int = MESSAGE_CHARS) -> str:
@@ -117,7 +126,7 @@ def safe_text(text: object, limit: int = MESSAGE_CHARS) -> str:
     except Exception:  # noqa: BLE001 - a student's __str__
         return "(a message that could not be shown)"
     more = len(text) - limit
-    text = _UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", text[:limit])
+    text = "".join(map(_shown, text[:limit]))
     return text + (f" [... {more} more characters]" if more > 0 else "")
 
 
@@ -339,6 +348,8 @@ def grade_practical(
             deadline = worker.deadline if worker is not None else deadline  # pauses moved it
             status, message = outcome(err, {str(path)})
             message = _own_words(message, folder, practical, found)
+            if status == "not started":  # the student's own words, shown in the score table
+                message = " ".join(message.split())
             checks.append(CheckResult(ex.name, chk.name, status, message))
         results.append(ExerciseResult(ex, checks, seconds=time.monotonic() - started))
     if worker is not None:
@@ -419,6 +430,9 @@ class _Batch:
         self.user: tuple[int, int] | None = None
         self.shared: list[str] = []
         self.watch: MemoryWatch | None = None
+        # Set when a submission's leftovers could not all be removed: a later submission
+        # of the batch could read them, so none is graded after it.
+        self.tainted = ""
 
     def keep(self) -> set[int]:
         """The reference's processes: never a submission's to count or kill."""
@@ -467,6 +481,11 @@ class _Batch:
                 continue
             if isinstance(done, Cleaned) and done.left:
                 self.log(f"cleanup ({what}): {len(done.left)} left, e.g. {done.left[0]}")
+                if what in ("files", "IPC objects"):
+                    self.tainted = (
+                        f"what an earlier submission left ({what}) could not all be removed, "
+                        "and a later one could read it: grade the rest of the batch again"
+                    )
 
 
 def _grade_one(batch: _Batch, number: int, submission: Path, seed: int) -> dict[str, Any]:
@@ -521,6 +540,38 @@ def _grade_one(batch: _Batch, number: int, submission: Path, seed: int) -> dict[
     return data
 
 
+def _write_results(path: Path, data: dict[str, Any], log: Callable[[str], None]) -> None:
+    try:
+        write_json_atomic(path, data)
+    except Exception as err:  # noqa: BLE001 - a full disk, say: the next may fit
+        log(f"error: could not write {path}: {err!r}")
+
+
+COURSE_DISTRIBUTION = "m2l-nlp"
+
+
+def installed_versions() -> str:
+    """Python's version and the installed version of the course and of each of its direct
+    dependencies, ``name==version`` (for the log: which set graded)."""
+    import importlib.metadata as md
+
+    found = [f"python=={platform.python_version()}"]
+    try:
+        names = [COURSE_DISTRIBUTION] + [
+            re.match(r"[A-Za-z0-9_.-]+", r)[0]
+            for r in md.requires(COURSE_DISTRIBUTION) or []
+            if "extra ==" not in r
+        ]
+    except md.PackageNotFoundError:
+        return found[0] + f" ({COURSE_DISTRIBUTION} is not installed as a package)"
+    for name in names:
+        try:
+            found.append(f"{name}=={md.version(name)}")
+        except md.PackageNotFoundError:
+            continue  # a dependency for another Python (tomli)
+    return " ".join(found)
+
+
 def grade(
     jobs: Sequence[tuple[Path, Path]],
     root: Path | None = None,
@@ -534,6 +585,7 @@ def grade(
     written, saying so) when no submission can be graded on this machine."""
     root = root or repo_root()
     log = safe_log(log)
+    log(f"versions: {installed_versions()}")
     become_subreaper()
     scratch = Path(tempfile.mkdtemp(prefix="m2l-grading-"))
     os.chmod(scratch, 0o755)
@@ -565,10 +617,17 @@ def grade(
             log(f"error: {err}")
             raise
         budget = int(batch.settings.memory_budget_mb * 2**20)
+        tmpfs = TmpfsGrowth()
+        uid = batch.user[0] if batch.user is not None else os.getuid()
+
+        def held_by_the_kernel() -> int:
+            return detached_shared_memory(uid) + tmpfs.grown()
+
         batch.watch = MemoryWatch(
             budget,
             pids=lambda: descendants(batch.keep()),
             kill=lambda: signal_descendants(batch.keep()),
+            extra=held_by_the_kernel,
         )
         with batch.watch:
             for number, (submission, results_path) in enumerate(jobs):
@@ -578,13 +637,21 @@ def grade(
                 again = f"python -m m2l_nlp.grading.trusted --seed {this_seed}"
                 log(f"grading seed {this_seed} ({again})")
                 batch.watch.reset()
+                tmpfs.reset()  # what earlier submissions left is cleaned: count from here
                 start = time.monotonic()
+                if batch.tainted:
+                    log(f"not graded: {batch.tainted}")
+                    data = _failed(
+                        "The autograder could not grade this submission in this batch; your "
+                        "instructor has the details (grade it on its own)",
+                        None,
+                    )
+                    _write_results(results_path, data, log)
+                    written.append(data)
+                    continue
                 data = _grade_one(batch, number, submission, this_seed)
                 log(f"submission graded in {time.monotonic() - start:.1f} s")
-                try:
-                    write_json_atomic(results_path, data)
-                except Exception as err:  # noqa: BLE001 - a full disk, say: the next may fit
-                    log(f"error: could not write {results_path}: {err!r}")
+                _write_results(results_path, data, log)
                 written.append(data)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
         log(
@@ -602,16 +669,19 @@ def grade(
 
 _CAN_OPEN = (
     "import json, os, sys\n"
-    "paths = json.load(sys.stdin)\n"
-    "print(json.dumps([p for p in paths if os.access(p, os.R_OK) or os.access(p, os.X_OK)]))\n"
+    "paths, mode = json.load(sys.stdin)\n"
+    "can = (lambda p: os.access(p, os.W_OK)) if mode == 'w' else (\n"
+    "    lambda p: os.access(p, os.R_OK) or os.access(p, os.X_OK))\n"
+    "print(json.dumps([p for p in paths if can(p)]))\n"
 )
 
 
-def readable_by(user: tuple[int, int], paths: Sequence[Path]) -> list[str]:
-    """Those of ``paths`` that ``user`` can open (asked as that user)."""
+def readable_by(user: tuple[int, int], paths: Sequence[Path], mode: str = "r") -> list[str]:
+    """Those of ``paths`` that ``user`` can open (``mode`` "r") or write in ("w"), asked as
+    that user."""
     done = subprocess.run(
         [sys.executable, "-I", "-S", "-c", _CAN_OPEN],
-        input=json.dumps([os.path.abspath(p) for p in paths]),
+        input=json.dumps([[os.path.abspath(p) for p in paths], mode]),
         capture_output=True,
         text=True,
         user=user[0],
@@ -681,13 +751,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if len(jobs) > 1 and not args.jobs_file:
             user = unprivileged_user()
+            # a classmate's folder must stay closed; a results folder, not writable (a
+            # results file written there early would be renamed over, or kept)
             can_open = readable_by(user, [s for s, _ in jobs]) if user is not None else []
+            can_open += readable_by(user, [r.parent for _, r in jobs], "w") if user else []
             if can_open:
                 print(
-                    f"error: the student's user can open {safe_text(can_open[0])}"
+                    f"error: the student's user can reach {safe_text(can_open[0])}"
                     + (f" and {len(can_open) - 1} more" if len(can_open) > 1 else "")
-                    + ": a batch is graded from submission folders only root can open "
-                    "(chmod 700 the folder that holds them)",
+                    + ": a batch is graded from submission folders only root can open and "
+                    "results folders only root can write to (chmod 700 the folder that "
+                    "holds them)",
                     file=sys.stderr,
                 )
                 return 2

@@ -104,14 +104,72 @@ def memory_of(pid: int) -> int:
         return 0
 
 
+def detached_shared_memory(uid: int) -> int:
+    """Bytes held by user ``uid``'s System V shared memory segments that no process has
+    attached: the kernel keeps them, and no process's memory counts them (attached ones are
+    in their processes' PSS)."""
+    try:
+        with open("/proc/sysvipc/shm", encoding="ascii") as handle:
+            header = handle.readline().split()
+            rows = [line.split() for line in handle]
+        size = header.index("rss") if "rss" in header else header.index("size")
+        owner, creator, attached = (header.index(c) for c in ("uid", "cuid", "nattch"))
+    except (OSError, ValueError):
+        return 0
+    total = 0
+    for row in rows:
+        try:
+            if uid in (int(row[owner]), int(row[creator])) and int(row[attached]) == 0:
+                total += int(row[size])
+        except (ValueError, IndexError):
+            continue
+    return total
+
+
+class TmpfsGrowth:
+    """How much the writable in-memory file systems (``/dev/shm``, a tmpfs ``/tmp``) grew
+    since :meth:`reset`: files there are memory that no process's size shows."""
+
+    def __init__(self) -> None:
+        self.mounts: list[str] = []
+        try:
+            with open("/proc/mounts", encoding="utf-8") as handle:
+                for line in handle:
+                    fields = line.split()
+                    if len(fields) > 3 and fields[2] == "tmpfs" and "rw" in fields[3].split(","):
+                        self.mounts.append(fields[1])
+        except OSError:
+            pass
+        self.mounts = list(dict.fromkeys(self.mounts))
+        self.base = self.used()
+
+    def used(self) -> int:
+        total = 0
+        for mount in self.mounts:
+            try:
+                st = os.statvfs(mount)
+            except OSError:
+                continue
+            total += (st.f_blocks - st.f_bfree) * st.f_frsize
+        return total
+
+    def reset(self) -> None:
+        self.base = self.used()
+
+    def grown(self) -> int:
+        return max(0, self.used() - self.base)
+
+
 class MemoryWatch:
     """A thread that adds up the memory of a submission's processes (``pids()``) every
     ``interval`` seconds and kills them all when they hold more than ``budget`` bytes
     together: per-process limits cannot make a total. ``tripped``: the total that it
-    stopped, until :meth:`reset`."""
+    stopped, until :meth:`reset`. ``extra()``: more bytes to count (System V segments and
+    in-memory files the submission left, which no process's size shows)."""
 
-    def __init__(self, budget: int, pids, kill, interval: float = 0.1):
+    def __init__(self, budget: int, pids, kill, interval: float = 0.1, extra=None):
         self.budget, self._pids, self._kill, self.interval = budget, pids, kill, interval
+        self._extra = extra  # memory the kernel holds for them outside any process
         self.tripped: int | None = None
         self.peak = 0
         self.paused = False  # while the reference's own process starts (not the student's)
@@ -137,6 +195,7 @@ class MemoryWatch:
             try:
                 pids = self._pids()
                 total = sum(memory_of(pid) for pid in pids)
+                total += self._extra() if self._extra is not None else 0
                 self.peak = max(self.peak, total)
                 if total > self.budget:
                     self.tripped = total
