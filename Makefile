@@ -51,7 +51,7 @@ JOBS ?= 2
 GRADED  = $(BIN)/python -m pytest tests/graded --impl solutions -q
 LIBRARY = $(BIN)/python -m pytest tests --ignore=tests/graded --impl solutions -q -n $(JOBS) -m "not slow"
 test: $(STAMP) lint
-	$(BIN)/python -m m2l_nlp.grading.checks.stubs --check
+	$(BIN)/python -m m2l_nlp.authoring.stubs --check
 	@echo '$(GRADED) (beside the next one; its output follows)'; \
 	echo '$(LIBRARY)'; \
 	log=$$(mktemp); \
@@ -109,17 +109,17 @@ demo: $(STAMP)
 # Instructor: write the student stubs exercises/*.py from solutions/*.py.
 # A stub a student edited is never overwritten (refused, named); FORCE=1 saves it as .bak first.
 exercises: $(STAMP)
-	$(BIN)/python -m m2l_nlp.grading.checks.stubs $(if $(FORCE),--force)
+	$(BIN)/python -m m2l_nlp.authoring.stubs $(if $(FORCE),--force)
 
 # Instructor: regenerate exercises/ (and notebooks/), grade the solutions with every check,
 # and fail if a generated file differed from what is committed (review, commit, run again).
-NOTEBOOKS := $(wildcard m2l_nlp/notebooks/make.py)
+NOTEBOOKS := $(wildcard m2l_nlp/authoring/notebooks.py)
 solutions: $(STAMP)
 	@drift=0; \
-	$(BIN)/python -m m2l_nlp.grading.checks.stubs --check || drift=1; \
-	if [ -n "$(NOTEBOOKS)" ]; then $(BIN)/python -m m2l_nlp.notebooks.make --check || drift=1; fi; \
-	$(BIN)/python -m m2l_nlp.grading.checks.stubs $(if $(FORCE),--force) || exit 1; \
-	if [ -n "$(NOTEBOOKS)" ]; then $(BIN)/python -m m2l_nlp.notebooks.make || exit 1; fi; \
+	$(BIN)/python -m m2l_nlp.authoring.stubs --check || drift=1; \
+	if [ -n "$(NOTEBOOKS)" ]; then $(BIN)/python -m m2l_nlp.authoring.notebooks --check || drift=1; fi; \
+	$(BIN)/python -m m2l_nlp.authoring.stubs $(if $(FORCE),--force) || exit 1; \
+	if [ -n "$(NOTEBOOKS)" ]; then $(BIN)/python -m m2l_nlp.authoring.notebooks || exit 1; fi; \
 	$(BIN)/python -m pytest tests/graded --impl solutions -q || exit 1; \
 	$(BIN)/python -m m2l_nlp.grading.trusted.bundle check-hidden || exit 1; \
 	if git rev-parse --is-inside-work-tree >/dev/null 2>&1 && \

@@ -60,7 +60,7 @@ graded_and_demo() {  # graded_and_demo ENV FOLDER: the graded suite and the demo
   # the handout's recorded answers (made with the instructor's jax, .venv's) replayed under
   # this lane's jax: the solutions, as a student's exercises, earn every point
   "$root/.venv/bin/python" -m m2l_nlp.grading.trusted.bundle handout "$work/handout" \
-      --repository https://example.invalid/handout > /dev/null
+      --repository https://github.com/ci/handout > /dev/null
   cp "$root"/solutions/practical*.py "$work/handout/exercises/"
   (cd "$work/handout" && PYTHONPATH="$work/handout" M2L_ROOT= "$py" -m pytest -q \
       -p no:cacheprovider > "$work/replay.log" 2>&1) || { cat "$work/replay.log"; exit 1; }

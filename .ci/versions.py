@@ -9,7 +9,7 @@ the newest that last passed. ``python .ci/versions.py COMMAND ...``:
                               ones Colab preinstalls, at Colab's versions
   colab-check PREINSTALLED    pip freeze check after the setup cell: every package of
                               PREINSTALLED kept at Colab's version, and only what Colab lacks
-                              added (the tested pins of m2l_nlp/notebooks/colab_tested.txt, the
+                              added (the tested pins of m2l_nlp/authoring/colab_tested.txt, the
                               course, the lane's test tools); exit 1 otherwise
   newest-check (passed|failed) compare the tree with .ci/newest-passed.txt: after a pass,
                               record it; after a failure, say which packages moved (from -> to)
@@ -39,7 +39,7 @@ COLAB_FREEZE = CI / (
     if os.environ.get("COLAB_RUNTIME") == "previous"
     else "colab-pip-freeze.txt"
 )
-COLAB_TESTED = CI.parent / "m2l_nlp" / "notebooks" / "colab_tested.txt"
+COLAB_TESTED = CI.parent / "m2l_nlp" / "authoring" / "colab_tested.txt"
 NEWEST_PASSED = CI / "newest-passed.txt"
 # What the autograder's setup.sh installs, one file per Python (python3.10.txt, ...)
 GRADESCOPE_LOCKS = CI.parent / "m2l_nlp" / "grading" / "trusted" / "gradescope"

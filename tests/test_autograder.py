@@ -366,7 +366,7 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
     _with(
         attack,
         P2,
-        "from m2l_nlp.grading.checks.practical2.positional import _closed_form\n"
+        "from m2l_nlp.grading.practicals.practical2.positional import _closed_form\n"
         "def sinusoidal_encoding(max_len, d_model):\n"
         "    return _closed_form(max_len, d_model).astype('float32')\n",
     )

@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from m2l_nlp.grading.checks.catalog import hidden_checks, load_exercises
+from m2l_nlp.grading.checks.catalog import load_exercises
 from m2l_nlp.grading.checks.registry import Check, Exercise
 from m2l_nlp.grading.checks.runner import CheckResult, ExerciseResult, outcome, reference, run_check
 
@@ -125,20 +125,18 @@ def _points(result: ExerciseResult) -> tuple[float, float]:
 
 
 def _cases() -> list[tuple[str, str, str]]:
-    with hidden_checks():
-        exercises = load_exercises()
-        return [
-            (ex.name, target, variant)
-            for ex in exercises.values()
-            for target in ex.targets
-            for variant in _variants(reference(ex.practical), target)
-        ]
+    exercises = load_exercises(hidden=True)
+    return [
+        (ex.name, target, variant)
+        for ex in exercises.values()
+        for target in ex.targets
+        for variant in _variants(reference(ex.practical), target)
+    ]
 
 
 @pytest.fixture(scope="module")
 def exercises():
-    with hidden_checks():
-        yield load_exercises()
+    return load_exercises(hidden=True)
 
 
 def test_the_reference_in_the_same_machinery_earns_every_point(exercises):

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import m2l_nlp
-from m2l_nlp.grading.checks import registry, stubs
+from m2l_nlp.authoring import stubs
 from m2l_nlp.grading.checks.catalog import load_exercises
 from m2l_nlp.grading.checks.registry import CheckFailure, Exercise, exercise
 from m2l_nlp.grading.checks.report import score_table
@@ -197,14 +197,20 @@ def test_messages_say_what_is_wrong():
     expect_close(np.array([1.0, 2.0 + 1e-7]), np.array([1.0, 2.0]), "x")  # within tolerance
 
 
-def test_registry_rejects_duplicate_names(monkeypatch):
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))  # leave no trace
+def test_the_catalog_rejects_duplicate_names():
+    from m2l_nlp.grading.checks import catalog
+
     ex = exercise("demo_registry_dup", "practical_demo_a", 1, targets=("f",))
     ex.check(lambda ctx: None)
     with pytest.raises(ValueError, match="already has a check"):
         ex.check(lambda ctx: None)
+    found = {}
+    catalog._add(found, [ex, ex])  # the same exercise twice (imported by a second module)
     with pytest.raises(ValueError, match="unique"):
-        exercise("demo_registry_dup", "practical_demo_b", 1, targets=("f",))
+        catalog._add(found, [exercise("demo_registry_dup", "practical_demo_b", 1, ("f",))])
+    hidden = exercise("demo_registry_dup", "practical_demo_a", 1, ("f",), hidden=True)
+    with pytest.raises(ValueError, match="give the hidden one a name of its own"):
+        catalog._add(found, [hidden])
 
 
 def test_a_gate_covers_the_targets_it_names_and_one_target_by_default():

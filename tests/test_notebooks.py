@@ -1,4 +1,4 @@
-"""Tests of the notebook builder (m2l_nlp.notebooks.make) and of the committed notebooks."""
+"""Tests of the notebook builder (m2l_nlp.authoring.notebooks) and of the committed notebooks."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from m2l_nlp.authoring import notebooks as make_notebooks
 from m2l_nlp.data.pipeline import compilation_cache_dir
 from m2l_nlp.impl import repo_root
-from m2l_nlp.notebooks import make as make_notebooks
 
 ROOT = repo_root()
 URL = make_notebooks.repo_url(ROOT)
@@ -37,14 +37,14 @@ def copy_sources(tmp_path: Path) -> Path:
 
 
 def test_committed_notebooks_are_up_to_date(capsys):
-    """`python -m m2l_nlp.notebooks.make --check` passes on the repository as committed."""
+    """`python -m m2l_nlp.authoring.notebooks --check` passes on the repository as committed."""
     assert make_notebooks.main(["--check"]) == 0, capsys.readouterr().err
     assert STUDENT_NB.is_file() and SOLVED_NB.is_file()
 
 
 def test_check_command_line_exit_code():
     result = subprocess.run(
-        [sys.executable, "-m", "m2l_nlp.notebooks.make", "--check"],
+        [sys.executable, "-m", "m2l_nlp.authoring.notebooks", "--check"],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -77,7 +77,7 @@ def test_build_then_check_detects_drift(tmp_path: Path, capsys):
     assert make_notebooks.main(["--root", str(root), "--check"]) == 1
     err = capsys.readouterr().err
     assert f"{PRACTICAL}_solved.ipynb" in err and f"{PRACTICAL}.ipynb" not in err
-    assert "python -m m2l_nlp.notebooks.make" in err
+    assert "python -m m2l_nlp.authoring.notebooks" in err
 
     # A hand edit of a notebook is drift too.
     assert make_notebooks.main(["--root", str(root)]) == 0
@@ -90,7 +90,7 @@ def test_missing_exercises_gives_a_clear_error(tmp_path: Path, capsys):
     root = copy_sources(tmp_path)
     (root / "exercises" / f"{PRACTICAL}.py").unlink()
     assert make_notebooks.main(["--root", str(root)]) == 2
-    assert "python -m m2l_nlp.grading.checks.stubs" in capsys.readouterr().err
+    assert "python -m m2l_nlp.authoring.stubs" in capsys.readouterr().err
 
 
 def test_notebook_structure_setup_cell_and_no_outputs():
@@ -319,7 +319,7 @@ def test_an_untested_dm_haiku_already_installed_is_one_message(tmp_path):
 
 
 def test_the_tested_versions_are_one_setting():
-    """m2l_nlp/notebooks/colab_tested.txt reaches every notebook's setup cell and the Colab lane."""
+    """m2l_nlp/authoring/colab_tested.txt reaches every notebook's setup cell and the Colab lane."""
     tested = make_notebooks.colab_tested()
     assert tested.startswith("dm-haiku==")
     for path, text in make_notebooks.planned(ROOT).items():

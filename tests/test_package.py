@@ -69,7 +69,7 @@ def test_the_public_api_imports_and_is_all_that_notebooks_use():
         imported = importlib.import_module(module)
         assert all(hasattr(imported, name) for name in names), module
     used = set()
-    sources = [ROOT / "m2l_nlp" / "notebooks" / "setup_cell.py"]
+    sources = [ROOT / "m2l_nlp" / "authoring" / "setup_cell.py"]
     for path in [*sources, *sorted((ROOT / "notebooks").glob("*.ipynb"))]:
         if path.suffix == ".ipynb":
             cells = nbformat.read(path, as_version=4).cells

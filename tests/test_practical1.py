@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from m2l_nlp.grading import check
-from m2l_nlp.grading.checks.practical1 import features as graded
+from m2l_nlp.grading.practicals.practical1 import features as graded
 from m2l_nlp.impl import load_practical, repo_root
 
 PRACTICAL = "practical1_baselines"

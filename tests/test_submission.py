@@ -67,7 +67,7 @@ def test_notebook_becomes_a_module_of_definitions_only():
     def cell(source, **metadata):
         return {"cell_type": "code", "metadata": metadata, "source": source, "outputs": []}
 
-    setup_cell = ROOT / "m2l_nlp" / "notebooks" / "setup_cell.py"
+    setup_cell = ROOT / "m2l_nlp" / "authoring" / "setup_cell.py"
     setup_first_line = setup_cell.read_text().splitlines()[0]
     notebook = {
         "cells": [

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from m2l_nlp.grading.checks import expected, wire
+from m2l_nlp.grading.checks.catalog import load_exercises
 from m2l_nlp.grading.checks.registry import CheckFailure
 from m2l_nlp.grading.checks.runner import StudentError, outcome
 from m2l_nlp.grading.checks.tools import jitted
@@ -271,10 +272,12 @@ def test_only_the_reference_worker_keeps_its_programs_in_a_folder_of_its_own(
 
     monkeypatch.setattr(trusted, "_start", start)
     with pytest.raises(Started):  # the reference's worker: a folder of its own
-        trusted.reference_pass("practical2_transformers", ROOT, tmp_path)
+        trusted.reference_pass(load_exercises(), "practical2_transformers", ROOT, tmp_path)
     with pytest.raises(Started):  # a student's worker: none
         found = Found("", "practical2_transformers.py")
-        trusted.grade_practical("practical2_transformers", found, tmp_path, None, None, {})
+        trusted.grade_practical(
+            load_exercises(), "practical2_transformers", found, tmp_path, None, None, {}
+        )
     assert started[0]["JAX_COMPILATION_CACHE_DIR"].startswith(str(tmp_path))
     assert "JAX_COMPILATION_CACHE_DIR" not in started[1]
 
@@ -394,7 +397,9 @@ def test_a_worker_that_dies_at_import_costs_its_practical_only(tmp_path):
 
     (tmp_path / "practical2_transformers.py").write_text("import os\nos._exit(7)\n")
     found = Found("import os\nos._exit(7)\n", "practical2_transformers.py")
-    results = trusted.grade_practical("practical2_transformers", found, tmp_path, None, None, {})
+    results = trusted.grade_practical(
+        load_exercises(), "practical2_transformers", found, tmp_path, None, None, {}
+    )
     assert {r.status for r in results} == {"error"}
     assert "ended (exit status 7)" in results[0].checks[0].message
 

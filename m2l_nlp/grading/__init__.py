@@ -1,7 +1,7 @@
 """The auto-grader: ``checks/`` (the graded checks per exercise and what runs them),
 ``local/`` (pytest plugin, a notebook's ``check()``) and ``trusted/`` (grading for credit).
 
-- ``python -m m2l_nlp.grading.checks.stubs [--check]``: write (or check) ``exercises/``.
+- ``python -m m2l_nlp.authoring.stubs [--check]``: write (or check) ``exercises/``.
 - ``python -m m2l_nlp.grading [pytest args]``: grade, same as ``pytest`` at the repo root.
 - ``from m2l_nlp.grading import check``: run an exercise's checks in a notebook.
 

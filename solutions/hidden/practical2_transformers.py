@@ -2,8 +2,9 @@
 
 This folder sits inside ``solutions/``, so ``make handout`` leaves it out and the installed
 autograder keeps it root's only. The checks are written like the public ones (``exercise(...,
-hidden=True)`` and ``@ex.check``); a haiku build must be a public one (``m2l_nlp.grading.checks``),
-since the process that runs the student's code rebuilds it by name and cannot read this file.
+hidden=True)`` and ``@ex.check``); a haiku build must be a public one
+(``m2l_nlp.grading.practicals``), since the process that runs the student's code rebuilds it
+by name and cannot read this file.
 How Gradescope shows their results (after the due date, by default) and whether their
 points count: ``[hidden]`` in ``grading.toml``.
 """
@@ -12,10 +13,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from m2l_nlp.grading.checks.practical2.attention import _mha_build
-from m2l_nlp.grading.checks.practical2.common import B, D
 from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.checks.tools import expect_close, jitted, normal, perturb, run_haiku
+from m2l_nlp.grading.practicals.practical2.attention import _mha_build
+from m2l_nlp.grading.practicals.practical2.common import B, D
 
 PRACTICAL = "practical2_transformers"
 

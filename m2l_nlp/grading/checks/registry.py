@@ -1,11 +1,8 @@
-"""The registry of graded exercises: one package per practical declares its exercises.
+"""What a graded exercise is: :class:`Exercise`, its :class:`Check` s, :func:`exercise`.
 
-A practical's package (``m2l_nlp/grading/checks/practical<N>/``) holds its check modules, one
-per group of exercises; each creates :class:`Exercise` objects with :func:`exercise` and
-attaches checks to them with the ``@ex.check`` decorator. The package's ``__init__`` imports
-its modules in teaching order, which is the order of the exercises here, in the tests and in
-the score table; :mod:`~m2l_nlp.grading.checks.catalog` imports the packages. The machinery
-(pytest plugin, notebook ``check``, score table) only ever reads this registry.
+A practical's check modules (``m2l_nlp/grading/practicals/practical<N>/``) create exercises
+with :func:`exercise` at module level and attach checks with the ``@ex.check`` decorator;
+:mod:`~m2l_nlp.grading.checks.catalog` finds them and builds the catalog each front end reads.
 """
 
 from __future__ import annotations
@@ -96,9 +93,6 @@ class Exercise:
         return [t for t in self.targets if t not in covered]
 
 
-_REGISTRY: dict[str, Exercise] = {}
-
-
 def exercise(
     name: str,
     practical: str,
@@ -108,28 +102,6 @@ def exercise(
     title: str = "",
     hidden: bool = False,
 ) -> Exercise:
-    """Create and register an exercise (names must be unique across practicals)."""
-    if hidden and name in _REGISTRY:  # it would silently stand in for the public one
-        raise ValueError(
-            f"the hidden exercise {name!r} has the name of the exercise {name!r} of "
-            f"{_REGISTRY[name].practical}: give the hidden one a name of its own"
-        )
-    if name in _REGISTRY and _REGISTRY[name].practical != practical:
-        raise ValueError(
-            f"exercise name {name!r} is used by both {_REGISTRY[name].practical} and "
-            f"{practical}: exercise names are pytest markers and must be unique"
-        )
-    ex = Exercise(name, practical, points, tuple(targets), tuple(uses), title, hidden=hidden)
-    _REGISTRY[name] = ex
-    return ex
-
-
-def unregister(names: list[str]) -> None:
-    """Forget the exercises ``names`` (the hidden checks, once a bundle is written)."""
-    for name in names:
-        _REGISTRY.pop(name, None)
-
-
-def registered() -> dict[str, Exercise]:
-    """Every exercise registered so far, in the order of registration (teaching order)."""
-    return _REGISTRY
+    """A new exercise, to be bound to a module-level name of a check module: the catalog
+    (:mod:`~m2l_nlp.grading.checks.catalog`) finds it there."""
+    return Exercise(name, practical, points, tuple(targets), tuple(uses), title, hidden=hidden)

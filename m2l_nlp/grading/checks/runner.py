@@ -22,9 +22,9 @@ import jax
 import numpy as np
 
 from m2l_nlp import devices
+from m2l_nlp.authoring.stubs import make_stub
 from m2l_nlp.grading.checks import expected
 from m2l_nlp.grading.checks.registry import Check, CheckFailure, Exercise
-from m2l_nlp.grading.checks.stubs import make_stub
 from m2l_nlp.grading.checks.tools import key_for, rng_for
 from m2l_nlp.impl import load_practical, repo_root
 

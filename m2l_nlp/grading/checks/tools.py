@@ -25,7 +25,7 @@ ATOL = 1e-5
 RTOL = 1e-4
 
 Build = Callable[[Any], Callable[..., Any]]
-BUILD_MODULES = "m2l_nlp.grading.checks."  # where a build named in a message may come from
+BUILD_MODULES = "m2l_nlp.grading.practicals."  # where a build named in a message may come from
 
 
 @dataclasses.dataclass(frozen=True)

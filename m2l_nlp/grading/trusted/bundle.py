@@ -103,29 +103,27 @@ def hidden_points(root: Path, seeds: int = 0) -> dict[str, float]:
     autograder will (a mistake is said now, not on the first submission); returns the
     points per practical that only the autograder grades. With ``seeds``, every hidden
     check must also pass with the reference as the graded code on that many fresh grading
-    seeds (:func:`check_hidden`). The hidden checks are forgotten afterwards: nothing
-    recorded later in this process holds them."""
-    from m2l_nlp.grading.checks.catalog import hidden_checks, load_exercises, read_settings
+    seeds (:func:`check_hidden`). The hidden checks are in that catalog only."""
+    from m2l_nlp.grading.checks.catalog import load_exercises
     from m2l_nlp.grading.checks.settings import SettingsError
 
     points: dict[str, float] = {}
     try:
-        with hidden_checks(root) as hidden:
-            read_settings(root)
-            exercises = load_exercises(root)
-            _check_targets([exercises[name] for name in hidden])
-            for ex in exercises.values():
-                if ex.uncovered():
-                    raise BundleError(
-                        f"the exercise {ex.name!r}: no gate check compares "
-                        f"{', '.join(ex.uncovered())} with the reference, so trivial code "
-                        "there could earn points (a gate in grading.toml [gates], or "
-                        "@ex.check(gate=True, covers=...))"
-                    )
-                if ex.name in hidden:
-                    points[ex.practical] = points.get(ex.practical, 0.0) + ex.points
-            if seeds:
-                check_hidden([exercises[name] for name in hidden], seeds)
+        exercises = load_exercises(root, hidden=True)  # a catalog of its own
+        hidden = [ex for ex in exercises.values() if ex.hidden]
+        _check_targets(hidden)
+        for ex in exercises.values():
+            if ex.uncovered():
+                raise BundleError(
+                    f"the exercise {ex.name!r}: no gate check compares "
+                    f"{', '.join(ex.uncovered())} with the reference, so trivial code "
+                    "there could earn points (a gate in grading.toml [gates], or "
+                    "@ex.check(gate=True, covers=...))"
+                )
+            if ex.hidden:
+                points[ex.practical] = points.get(ex.practical, 0.0) + ex.points
+        if seeds:
+            check_hidden(hidden, seeds)
     except (SettingsError, BundleError) as err:
         raise BundleError(str(err)) from None
     except Exception as err:  # noqa: BLE001 - the instructor's hidden checks do not import
@@ -244,8 +242,8 @@ def _check_repository(repository: str | None) -> str:
 def _student_files(root: Path, tmp: Path, repository: str) -> list[str]:
     """Write the handout's README, Makefile, pyproject.toml and notebooks, made for its own
     repository (see :mod:`.handout_docs`); returns their names."""
+    from m2l_nlp.authoring import notebooks as make
     from m2l_nlp.grading.trusted.handout_docs import handout_makefile, handout_readme
-    from m2l_nlp.notebooks import make
 
     made = {
         "README.md": handout_readme(
@@ -297,10 +295,11 @@ def handout(out: Path, root: Path | None = None, repository: str | None = None) 
                 continue
             (tmp / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(root / name, tmp / name)
-        practicals = dict.fromkeys(ex.practical for ex in load_exercises().values())
+        exercises = load_exercises(root)
+        practicals = dict.fromkeys(ex.practical for ex in exercises.values())
         for practical in practicals:
             ref = reference(practical)
-            recorder = record(practical, ref, stub_lines_of(ref))
+            recorder = record(exercises, practical, ref, stub_lines_of(ref))
             expected.save(recorder, practical, tmp / "m2l_nlp" / "grading" / "checks" / "expected")
         hidden = hidden_points(root)
         if hidden:  # the local score table says which points only the autograder grades

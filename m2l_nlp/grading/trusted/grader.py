@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from m2l_nlp.fileio import write_json_atomic
-from m2l_nlp.grading.checks.catalog import hidden_checks, load_exercises, read_settings
+from m2l_nlp.grading.checks.catalog import load_exercises, read_settings
 from m2l_nlp.grading.checks.registry import CheckFailure, Exercise
 from m2l_nlp.grading.checks.report import results_json, score_table
 from m2l_nlp.grading.checks.runner import (
@@ -203,10 +203,15 @@ def _reference_programs(scratch: Path) -> dict[str, str]:
 
 
 def reference_pass(
-    practical: str, root: Path, scratch: Path, factor: float = 5.0
+    exercises: dict[str, Exercise],
+    practical: str,
+    root: Path,
+    scratch: Path,
+    factor: float = 5.0,
 ) -> tuple[RemoteNamespace, dict[str, float]]:
-    """Run the reference through every check of ``practical`` in its own process: that
-    process (to answer the checks' questions about each submission), the limit per exercise."""
+    """Run the reference through every check of ``practical`` (of the catalog ``exercises``)
+    in its own process: that process (to answer the checks' questions about each
+    submission), the limit per exercise."""
     source = root / "solutions" / f"{practical}.py"
     if not source.is_file():
         raise GraderBroken(f"{source} is missing: the autograder needs solutions/")
@@ -214,7 +219,7 @@ def reference_pass(
     remote = RemoteNamespace(worker)
     remote.stub_lines = stub_lines_from(str(source))
     try:
-        recorder = record(practical, remote, remote.stub_lines)
+        recorder = record(exercises, practical, remote, remote.stub_lines)
     except (RuntimeError, WorkerGone) as err:
         worker.kill()
         raise GraderBroken(str(err)) from None
@@ -268,6 +273,7 @@ def _stopped_message(limit: float) -> str:
 
 
 def grade_practical(
+    exercises: dict[str, Exercise],
     practical: str,
     found: Found,
     folder: Path,
@@ -280,7 +286,7 @@ def grade_practical(
     """Grade one practical of the submission (its file already in ``folder``). The time the
     reference's process takes to answer does not count against the student's limit, nor
     against the submission's ``budget``."""
-    exercises = [ex for ex in load_exercises().values() if ex.practical == practical]
+    exercises = [ex for ex in exercises.values() if ex.practical == practical]
     if found.text is None:
         message = found.problem or (
             f"not started: the submission has no {practical}.py (nor a notebook of it)"
@@ -364,6 +370,7 @@ def submission_seconds(settings_limit: float, limits: dict[str, float], practica
 
 
 def _grade_submission(
+    exercises: dict[str, Exercise],
     submission: Path,
     folder: Path,
     practicals: list[str],
@@ -374,7 +381,6 @@ def _grade_submission(
     watch: MemoryWatch | None = None,
 ) -> tuple[list[ExerciseResult], list[str]]:
     """The results of one submission (in the current grading seed) and what to say first."""
-    exercises = load_exercises()
     try:
         found = find_practicals(submission, practicals)
     except SubmissionError as err:
@@ -393,7 +399,8 @@ def _grade_submission(
         reference, limits = references[practical]
         try:
             results += grade_practical(
-                practical, found[practical], folder, user, reference, limits, budget, watch
+                exercises, practical, found[practical], folder, user, reference, limits, budget,
+                watch,
             )
         except WorkerGone as gone:  # the reference's own process: nothing to blame the student
             raise GraderBroken(f"the reference's process ended ({gone})") from None
@@ -426,6 +433,7 @@ class _Batch:
         self.root, self.scratch, self.log = root, scratch, log
         self.references: dict[str, tuple[RemoteNamespace, dict[str, float]]] = {}
         self.settings: Any = None
+        self.exercises: dict[str, Exercise] = {}  # the catalog, the hidden checks included
         self.practicals: list[str] = []
         self.user: tuple[int, int] | None = None
         self.shared: list[str] = []
@@ -448,7 +456,7 @@ class _Batch:
             self.watch.paused = True
         try:
             remote, limits = reference_pass(
-                practical, self.root, self.scratch, self.settings.time_limit_factor
+                self.exercises, practical, self.root, self.scratch, self.settings.time_limit_factor
             )
         finally:
             if self.watch is not None:
@@ -508,6 +516,7 @@ def _grade_one(batch: _Batch, number: int, submission: Path, seed: int) -> dict[
         budget = TimeBudget(seconds)
         with seeded(seed):
             results, notes = _grade_submission(
+                batch.exercises,
                 submission,
                 folder,
                 batch.practicals,
@@ -522,7 +531,7 @@ def _grade_one(batch: _Batch, number: int, submission: Path, seed: int) -> dict[
         errors = list(dict.fromkeys(failed_imports))
         data = results_json(results, [*notes, *errors], batch.settings)
         data["extra_data"] = {"seed": seed}
-        table = score_table(results, len(load_exercises()))
+        table = score_table(results, len(batch.exercises))
     except (Exception, WorkerGone) as err:  # noqa: BLE001 - this submission's loss only
         log("".join(traceback.format_exception(err)))
         data = _failed(
@@ -591,17 +600,16 @@ def grade(
     os.chmod(scratch, 0o755)
     batch = _Batch(root, scratch, log)
     written = []
-    cleanup = contextlib.ExitStack()  # the hidden checks stay registered while grading only
     try:
         try:
             try:
-                cleanup.enter_context(hidden_checks(root))
-                batch.settings = read_settings(root)
+                batch.exercises = load_exercises(root, hidden=True)  # for this grading only
+                batch.settings = read_settings(root, batch.exercises)
             except SettingsError as err:
                 raise GraderBroken(str(err)) from None
             except Exception as err:  # noqa: BLE001 - the hidden checks' own import
                 raise GraderBroken(f"the hidden checks do not import: {err!r}") from None
-            batch.practicals = _practicals(load_exercises())
+            batch.practicals = _practicals(batch.exercises)
             batch.user = unprivileged_user()
             if batch.user is not None:  # said at once, not after the reference's checks
                 check_workers_start(scratch, batch.user, LOAD_LIMIT_S)
@@ -663,7 +671,6 @@ def grade(
             ref.worker.kill()
         kill_descendants()
         remove_path(scratch)
-        cleanup.close()
     return written
 
 

@@ -7,17 +7,22 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from m2l_nlp.grading.checks.catalog import load_exercises
 from m2l_nlp.grading.checks.expected import Recorder
+from m2l_nlp.grading.checks.registry import Exercise
 from m2l_nlp.grading.checks.runner import outcome, run_check
 
 
-def record(practical: str, reference: Any, stub_lines: tuple[str, ...] = ()) -> Recorder:
-    """Run every check of ``practical`` with ``reference`` as the graded code and record the
-    reference's answers (and its seconds per exercise, ``recorder.seconds``); raises
-    ``RuntimeError`` if the reference fails a check."""
+def record(
+    exercises: dict[str, Exercise],
+    practical: str,
+    reference: Any,
+    stub_lines: tuple[str, ...] = (),
+) -> Recorder:
+    """Run every check of ``practical`` among ``exercises`` (a catalog) with ``reference`` as
+    the graded code and record the reference's answers (and its seconds per exercise,
+    ``recorder.seconds``); raises ``RuntimeError`` if the reference fails a check."""
     recorder = Recorder(reference, stub_lines)
-    for ex in load_exercises().values():
+    for ex in exercises.values():
         if ex.practical != practical:
             continue
         start = time.monotonic()

@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 # The notebooks' setup cell.
-SETUP_CELL = Path(__file__).parents[2] / "notebooks" / "setup_cell.py"
+SETUP_CELL = Path(__file__).parents[2] / "authoring" / "setup_cell.py"
 
 MAX_FILE_BYTES = 20 * 2**20  # one practical's file or notebook (st_size, before reading it)
 MAX_ENTRIES = 2_000  # files, folders and anything else walked in the whole submission

@@ -10,9 +10,9 @@ import math
 
 import numpy as np
 
-from m2l_nlp.grading.checks.practical1.common import PRACTICAL, _random_batch
 from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.checks.tools import expect_array, expect_close, fail, jitted
+from m2l_nlp.grading.practicals.practical1.common import PRACTICAL, _random_batch
 
 # Two reviews worked out by hand (V = 6). Row 0: token 3 twice, padding id 0 at the end.
 # Row 1: token 5 twice; the padding holds junk ids 2 (also a real token of the row) and 1

@@ -16,8 +16,8 @@ notebook and never run on ``import``.
 The output is deterministic (no outputs, fixed cell ids and metadata), so ``--check`` can
 tell whether a committed notebook is out of date::
 
-    python -m m2l_nlp.notebooks.make            # write notebooks/
-    python -m m2l_nlp.notebooks.make --check    # exit 1 if a notebook differs from its source
+    python -m m2l_nlp.authoring.notebooks            # write notebooks/
+    python -m m2l_nlp.authoring.notebooks --check    # exit 1 if a notebook differs from its source
 """
 
 from __future__ import annotations
@@ -160,7 +160,7 @@ def build_notebook(
     """
     if not source.is_file():
         hint = (
-            "generate the stubs first: python -m m2l_nlp.grading.checks.stubs (or make exercises)"
+            "generate the stubs first: python -m m2l_nlp.authoring.stubs (or make exercises)"
             if source.parent.name == "exercises"
             else "check the path"
         )
@@ -241,7 +241,7 @@ def drifted(plan: dict[Path, str]) -> list[Path]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m m2l_nlp.notebooks.make",
+        prog="python -m m2l_nlp.authoring.notebooks",
         description="Write notebooks/*.ipynb from exercises/*.py and solutions/*.py.",
     )
     parser.add_argument("--root", type=Path, default=None, help="repository root")
@@ -267,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if stale:
             print(
                 "notebooks or README links differ from their sources: run "
-                "`python -m m2l_nlp.notebooks.make` "
+                "`python -m m2l_nlp.authoring.notebooks` "
                 "(or `make solutions`) and commit the result",
                 file=sys.stderr,
             )

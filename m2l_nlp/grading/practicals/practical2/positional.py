@@ -5,13 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from m2l_nlp.grading.checks.practical2.common import (
-    PRACTICAL,
-    B,
-    D,
-    S,
-    _compare_module,
-)
 from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.checks.tools import (
     builder,
@@ -22,6 +15,13 @@ from m2l_nlp.grading.checks.tools import (
     grading_seed,
     normal,
     run_haiku,
+)
+from m2l_nlp.grading.practicals.practical2.common import (
+    PRACTICAL,
+    B,
+    D,
+    S,
+    _compare_module,
 )
 
 # --------------------------------------------------------------------------------------------

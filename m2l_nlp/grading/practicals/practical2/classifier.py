@@ -6,16 +6,6 @@ from __future__ import annotations
 import numpy as np
 
 from m2l_nlp.config import ClassifierConfig
-from m2l_nlp.grading.checks.practical2.common import (
-    FF,
-    PRACTICAL,
-    VOCAB,
-    B,
-    D,
-    H,
-    S,
-    _ids_mask,
-)
 from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.checks.tools import (
     builder,
@@ -27,6 +17,16 @@ from m2l_nlp.grading.checks.tools import (
     normal,
     perturb,
     run_haiku,
+)
+from m2l_nlp.grading.practicals.practical2.common import (
+    FF,
+    PRACTICAL,
+    VOCAB,
+    B,
+    D,
+    H,
+    S,
+    _ids_mask,
 )
 
 # --------------------------------------------------------------------------------------------

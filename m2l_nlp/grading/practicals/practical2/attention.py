@@ -5,19 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from m2l_nlp.grading.checks.practical2.common import (
-    PRACTICAL,
-    VOCAB,
-    B,
-    D,
-    E,
-    H,
-    S,
-    _compare_module,
-    _ids_mask,
-    _kind,
-    _mask,
-)
 from m2l_nlp.grading.checks.registry import CheckFailure, exercise
 from m2l_nlp.grading.checks.tools import (
     builder,
@@ -29,6 +16,19 @@ from m2l_nlp.grading.checks.tools import (
     normal,
     perturb,
     run_haiku,
+)
+from m2l_nlp.grading.practicals.practical2.common import (
+    PRACTICAL,
+    VOCAB,
+    B,
+    D,
+    E,
+    H,
+    S,
+    _compare_module,
+    _ids_mask,
+    _kind,
+    _mask,
 )
 
 

@@ -12,8 +12,8 @@ hints in comments and markdown cells) is copied unchanged.
 
 Usage::
 
-    python -m m2l_nlp.grading.checks.stubs            # write exercises/ from solutions/
-    python -m m2l_nlp.grading.checks.stubs --check    # exit 1 if exercises/ is out of date
+    python -m m2l_nlp.authoring.stubs            # write exercises/ from solutions/
+    python -m m2l_nlp.authoring.stubs --check    # exit 1 if exercises/ is out of date
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ def write_stubs(plan: dict[Path, str], exercises: Path, force: bool = False) -> 
 def main(argv: Sequence[str] | None = None) -> int:
     root = repo_root()
     parser = argparse.ArgumentParser(
-        prog="python -m m2l_nlp.grading.checks.stubs",
+        prog="python -m m2l_nlp.authoring.stubs",
         description="Write exercises/*.py (student stubs) from solutions/*.py.",
     )
     parser.add_argument("--solutions", type=Path, default=root / "solutions")
@@ -213,7 +213,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             names = ", ".join(str(p) for p in stale)
             print(
                 f"out of date: {names}\nthe stubs differ from solutions/: run "
-                "`make exercises` (python -m m2l_nlp.grading.checks.stubs) and commit the result",
+                "`make exercises` (python -m m2l_nlp.authoring.stubs) and commit the result",
                 file=sys.stderr,
             )
             return 1

@@ -10,12 +10,3 @@ The checks are split in two modules:
 
 and :mod:`.common` holds what both use (the practical's name, random padded batches).
 """
-
-from __future__ import annotations
-
-# isort: off
-# Importing a module registers its exercises; the registry (so the score table and the
-# order of the tests) keeps the order of import, which is the teaching order.
-from m2l_nlp.grading.checks.practical1 import features  # noqa: F401
-from m2l_nlp.grading.checks.practical1 import models  # noqa: F401
-# isort: on

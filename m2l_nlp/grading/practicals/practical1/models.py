@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from m2l_nlp.grading.checks.practical1.common import PRACTICAL, _random_batch
 from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.checks.tools import (
     builder,
@@ -19,6 +18,7 @@ from m2l_nlp.grading.checks.tools import (
     perturb,
     run_haiku,
 )
+from m2l_nlp.grading.practicals.practical1.common import PRACTICAL, _random_batch
 
 # --------------------------------------------------------------------------------------------
 # 4. mlp_classifier

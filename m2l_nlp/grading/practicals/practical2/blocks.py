@@ -5,17 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from m2l_nlp.grading.checks.practical2.common import (
-    FF,
-    PRACTICAL,
-    B,
-    D,
-    H,
-    S,
-    _compare_module,
-    _kind,
-    _mask,
-)
 from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.checks.tools import (
     builder,
@@ -26,6 +15,17 @@ from m2l_nlp.grading.checks.tools import (
     normal,
     perturb,
     run_haiku,
+)
+from m2l_nlp.grading.practicals.practical2.common import (
+    FF,
+    PRACTICAL,
+    B,
+    D,
+    H,
+    S,
+    _compare_module,
+    _kind,
+    _mask,
 )
 
 # --------------------------------------------------------------------------------------------

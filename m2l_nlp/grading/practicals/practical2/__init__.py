@@ -13,14 +13,3 @@ The checks are split by exercise group, one module each:
 
 and :mod:`.common` holds what they share (sizes, masks, the comparison with the reference).
 """
-
-from __future__ import annotations
-
-# isort: off
-# Importing a module registers its exercises; the registry (so the score table and the
-# order of the tests) keeps the order of import, which is the teaching order.
-from m2l_nlp.grading.checks.practical2 import attention  # noqa: F401
-from m2l_nlp.grading.checks.practical2 import blocks  # noqa: F401
-from m2l_nlp.grading.checks.practical2 import positional  # noqa: F401
-from m2l_nlp.grading.checks.practical2 import classifier  # noqa: F401
-# isort: on

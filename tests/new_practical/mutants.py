@@ -1,0 +1,1 @@
+MUTANTS = {"self_attention": [("padding attended to", [("mask[:, None, :]", "None")])]}

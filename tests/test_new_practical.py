@@ -1,0 +1,96 @@
+"""The README's recipe for a new practical, followed in a scratch copy of the repository: its
+solution file, its checks where practicals live, a mutant where mutants live, then
+`make solutions` (twice: it stops once to have the generated files committed) and `pytest`.
+No other file is edited. The files added are in tests/new_practical/."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FILES = ROOT / "tests" / "new_practical"
+ADDED = {  # where each file of tests/new_practical/ goes
+    "solutions/practical9_demo.py": "practical9_demo.py",
+    "m2l_nlp/grading/practicals/practical9/checks.py": "checks.py",
+    "tests/mutants/practical9_demo.py": "mutants.py",
+}
+
+pytestmark = pytest.mark.slow
+
+
+def _git(copy: Path, *args: str) -> str:
+    identity = ["-c", "user.name=instructor", "-c", "user.email=instructor@example.org"]
+    done = subprocess.run(
+        ["git", *identity, *args], cwd=copy, capture_output=True, text=True, check=True
+    )
+    return done.stdout
+
+
+def _make(copy: Path, *args: str) -> subprocess.CompletedProcess:
+    venv = Path(os.environ.get("VENV") or Path(sys.executable).parent.parent)
+    env = {k: v for k, v in os.environ.items() if k not in ("M2L_ROOT", "M2L_IMPL")}
+    return subprocess.run(
+        ["make", *args, f"VENV={venv}"], cwd=copy, env=env, capture_output=True, text=True
+    )
+
+
+def test_a_practical_is_added_in_one_place(tmp_path):
+    copy = tmp_path / "course"
+    listed = subprocess.run(
+        ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split("\0")
+    for name in filter(None, listed):  # this working tree's files, as a repository of its own
+        if (ROOT / name).is_file() and not name.startswith("tests/new_practical/"):
+            (copy / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / name, copy / name)
+    _git(copy, "init", "-q")
+    _git(copy, "add", "-A")
+    _git(copy, "commit", "-qm", "the course")
+
+    for target, source in ADDED.items():
+        (copy / target).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(FILES / source, copy / target)
+    (copy / "m2l_nlp/grading/practicals/practical9/__init__.py").write_text('"""Practical 9."""\n')
+
+    first = _make(copy, "solutions")
+    assert first.returncode == 1, first.stdout[-3000:] + first.stderr[-3000:]
+    assert "practical9_demo\n  self_attention             passed     1/1" in first.stdout
+    assert "review and commit them, then run make solutions again" in first.stdout
+    _git(copy, "add", "-A")
+    touched = _git(copy, "diff", "--cached", "--name-status", "HEAD").split("\n")
+    _git(copy, "commit", "-qm", "practical 9")
+    again = _make(copy, "solutions")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+
+    # exactly the files written by hand, and what `make solutions` generated from them
+    generated = {
+        "M\texercises/.generated.json",
+        "A\texercises/practical9_demo.py",
+        "A\tnotebooks/practical9_demo.ipynb",
+        "A\tnotebooks/practical9_demo_solved.ipynb",
+    }
+    by_hand = {f"A\t{t}" for t in ADDED} | {"A\tm2l_nlp/grading/practicals/practical9/__init__.py"}
+    assert set(filter(None, touched)) == generated | by_hand
+
+    env = {k: v for k, v in os.environ.items() if k not in ("M2L_ROOT", "M2L_IMPL")}
+    graded = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/graded"]
+        + ["tests/test_mutants.py", "-k", "self_attention"],
+        cwd=copy,
+        env={**env, "PYTHONPATH": str(copy)},
+        capture_output=True,
+        text=True,
+    )
+    # the stub is graded (not started, so pytest fails) and the mutant is caught
+    assert "self_attention             not started" in graded.stdout, graded.stdout[-3000:]
+    assert "1 passed" in graded.stdout and "1 failed" in graded.stdout, graded.stdout[-3000:]
