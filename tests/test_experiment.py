@@ -199,6 +199,7 @@ def test_a_run_with_backoff_starts_each_pair_as_its_first_token(tiny_backoff, mo
     assert not table[base:].any() and table[:base].all()
 
 
+@pytest.mark.slow  # over 3 s here
 @pytest.mark.parametrize("pairs", ["no pairs", "pairs that back off"])
 def test_a_run_on_a_gpu_compiles_a_program_per_shape_and_five_more(
     pairs, tiny, tiny_backoff, monkeypatch

@@ -830,6 +830,7 @@ def test_mistake_in_a_dependency_is_counted_once(tmp_path):
     assert module.scaled_dot_product is not reference(P2).scaled_dot_product  # restored
 
 
+@pytest.mark.slow  # over 3 s here
 def test_partial_progress_is_graded_check_by_check(tmp_path):
     """Only get_attention_maps left as a stub: __call__'s checks pass, the maps' do not."""
     stub = stubs.make_stub(SOLUTION)

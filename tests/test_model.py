@@ -78,6 +78,7 @@ def test_pair_tie_reads_a_pair_as_its_residual_plus_its_first_token(tiny_model, 
     )
 
 
+@pytest.mark.slow  # over 3 s here
 def test_through_the_tie_a_pair_trains_its_first_tokens_row(tiny_model, tiny_config):
     stored = _stored(tiny_model, tiny_config)
     tie = models.pair_tie(FIRST, tiny_config.vocab_size)

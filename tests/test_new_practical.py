@@ -33,8 +33,19 @@ def _git(copy: Path, *args: str) -> str:
     return done.stdout
 
 
-def _make(copy: Path, *args: str) -> subprocess.CompletedProcess:
+def _venv() -> Path:
+    """The environment the copy's `make` reuses (``$VENV``, else this interpreter's)."""
     venv = Path(os.environ.get("VENV") or Path(sys.executable).parent.parent)
+    if not (venv / ".installed-stamp").is_file():
+        pytest.skip(f"{venv} was not set up by `make venv` (no .installed-stamp)")
+    return venv
+
+
+def _make(copy: Path, *args: str) -> subprocess.CompletedProcess:
+    venv = _venv()
+    # the copy's pyproject.toml older than the environment's stamp: `make` must not reinstall
+    # the course into that environment from the copy (it would then import the copy's)
+    os.utime(copy / "pyproject.toml", (0, 0))
     env = {k: v for k, v in os.environ.items() if k not in ("M2L_ROOT", "M2L_IMPL")}
     return subprocess.run(
         ["make", *args, f"VENV={venv}"], cwd=copy, env=env, capture_output=True, text=True
@@ -96,3 +107,10 @@ def test_a_practical_is_added_in_one_place(tmp_path):
     # the stub is graded (not started) and the mutant is caught
     assert re.search(r"self_attention\s+not started\s+0/1\s+0 / 5", graded.stdout), graded.stdout
     assert "1 passed, 1 skipped" in graded.stdout, graded.stdout[-3000:]
+    where = subprocess.run(
+        [sys.executable, "-c", "import m2l_nlp; print(m2l_nlp.__file__)"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert where.startswith(str(ROOT)), where  # this environment still runs this repository

@@ -412,6 +412,7 @@ def test_masked_pool_variants_ignore_padding(pooling):
     np.testing.assert_allclose(pooled[:, -4:], expected_max, atol=1e-6)
 
 
+@pytest.mark.slow  # over 3 s here
 def test_classifier_jit_and_no_jit_agree():
     ids, mask = _reviews()
     jitted = classifier_funcs()

@@ -382,6 +382,7 @@ def test_k_steps_in_one_call_equal_k_single_steps(tiny_model, tiny_params, rando
     assert float(k_sums[2]) == float(sums[2])  # the padding step counted no example
 
 
+@pytest.mark.slow  # over 3 s here
 def test_a_run_at_three_steps_per_call_trains_as_the_run_at_one(
     tiny_model, tiny_params, signal_split
 ):

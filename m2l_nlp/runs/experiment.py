@@ -124,20 +124,32 @@ def train_and_evaluate(
             preset,
             data,
             folder,
-            name,
-            changed,
-            impl,
-            seed,
-            val_size,
-            no_test,
-            resume,
-            progress,
-            log or (lambda line: None),
+            name=name,
+            changed=changed,
+            impl=impl,
+            seed=seed,
+            val_size=val_size,
+            no_test=no_test,
+            resume=resume,
+            progress=progress,
+            log=log or (lambda line: None),
         )
 
 
 def _train_and_evaluate(
-    preset, data, folder, name, changed, impl, seed, val_size, no_test, resume, progress, log
+    preset: Preset,
+    data: Any,
+    folder: runs.RunFolder | None,
+    *,
+    name: str,
+    changed: Sequence[str],
+    impl: Any,
+    seed: int,
+    val_size: int | None,
+    no_test: bool,
+    resume: bool,
+    progress: bool,
+    log: Callable[[str], None],
 ) -> RunResult:
     from m2l_nlp.model import classifiers as models
     from m2l_nlp.runs.checkpoint import save_run

@@ -47,7 +47,7 @@ import numpy as np
 
 from m2l_nlp.fileio import atomic_file, write_json_atomic
 from m2l_nlp.train.metrics import EvalResult
-from m2l_nlp.train.progress import Progress
+from m2l_nlp.train.progress import BestEpoch, Progress
 
 MARKER = "run.json"
 MADE = ".m2l-nlp-made"  # in every folder this module makes, from its first instant
@@ -499,7 +499,7 @@ def progress_to_save(progress: Progress) -> tuple[dict[str, Any], dict[str, np.n
     arrays = {f"state_{i}": x for i, x in enumerate(progress.state)}
     best = None
     if progress.best is not None:
-        score, epoch, leaves, result = progress.best
+        score, epoch, leaves, result = progress.best  # a BestEpoch
         arrays.update({f"best_{i}": x for i, x in enumerate(leaves)})
         best = dict(score=list(score), epoch=epoch, count=len(leaves))
         best["result"] = _result_to_json(result)
@@ -520,7 +520,7 @@ def progress_from_saved(info: dict[str, Any], arrays: dict[str, np.ndarray]) -> 
     if best is not None:
         leaves = [arrays[f"best_{i}"] for i in range(best["count"])]
         score = tuple(_nan_for_null(best["score"]))
-        best = (score, best["epoch"], leaves, _result_from_json(best["result"]))
+        best = BestEpoch(score, best["epoch"], leaves, _result_from_json(best["result"]))
     history = {name: _nan_for_null(values) for name, values in info["history"].items()}
     return Progress(info["epoch"], state, history, best, _result_from_json(info["result"]))
 

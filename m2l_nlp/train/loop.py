@@ -45,7 +45,7 @@ from m2l_nlp.train import metrics
 from m2l_nlp.train.evaluation import evaluate
 from m2l_nlp.train.metrics import EvalResult, Objective
 from m2l_nlp.train.optim import TrainState, eval_params, init_state, make_optimizer
-from m2l_nlp.train.progress import Progress
+from m2l_nlp.train.progress import BestEpoch, Progress
 from m2l_nlp.train.step import gradient, update
 from m2l_nlp.transform import ModelFuncs
 
@@ -133,8 +133,9 @@ def train(
     state = _fresh_state(params, optimizer, settings.ema_decay > 0)
     state, first, history, best, result = _resume(state, params, start, evaluated)
     state = devices.put_replicated(state, mesh)
-    knobs = (settings.token_dropout, settings.ema_decay, tie)
-    step = _make_epoch_step(model, optimizer, objective, mesh, *knobs)
+    step = _make_epoch_step(
+        model, optimizer, objective, mesh, settings.token_dropout, settings.ema_decay, tie
+    )
     cells = batching.resolve_micro_batch_cells(settings.micro_batch_cells)
     micro = functools.partial(
         batching.micro_batches, settings.batch_size, n_devices=mesh.devices.size, cells=cells
@@ -145,21 +146,29 @@ def train(
 
     now = None  # model_params of the last epoch, which is always evaluated if any is
     for epoch in range(first, settings.epochs):
-        run = (train_data, lengths, settings, epoch, mesh, micro, progress)
-        state, loss, accuracy = _epoch(step, state, *run)
+        state, loss, accuracy = _epoch(
+            step, state, train_data, lengths, settings, epoch, mesh, micro, progress
+        )
         history["loss"].append(loss)
         history["train_acc"].append(accuracy)
         line = f"epoch {epoch + 1}/{settings.epochs}: loss {loss:.4f}  train_acc {accuracy:.4f}"
         due = (epoch + 1) % settings.eval_every == 0 or epoch + 1 == settings.epochs
         if evaluated and due:
             now = model_params(state)  # once: tying on the host copies the table
-            desc = f"{eval_name} {epoch + 1}"
-            evaluation = dict(objective=objective, settings=settings, mesh=mesh, desc=desc)
-            result = evaluate(now, model, eval_data, progress=progress, **evaluation)
+            result = evaluate(
+                now,
+                model,
+                eval_data,
+                objective=objective,
+                settings=settings,
+                mesh=mesh,
+                desc=f"{eval_name} {epoch + 1}",
+                progress=progress,
+            )
             line += f"  {eval_name}_loss {result.loss:.4f}  {eval_name}_acc {result.accuracy:.4f}"
             score = (result.accuracy, -result.loss)
-            if settings.keep_best and (best is None or score > best[0]):
-                best = (score, epoch + 1, jax.device_get(now), result)
+            if settings.keep_best and (best is None or score > best.score):
+                best = BestEpoch(score, epoch + 1, jax.device_get(now), result)
         if evaluated:  # NaN for an epoch without evaluation
             history[f"{eval_name}_loss"].append(result.loss if due else math.nan)
             history[f"{eval_name}_acc"].append(result.accuracy if due else math.nan)
@@ -168,11 +177,10 @@ def train(
         if on_epoch is not None:
             on_epoch(_progress(epoch, state, history, best, result))
     if best is not None:  # settings.keep_best: the best evaluated epoch
-        _, best_epoch, best_params, best_result = best
-        if log is not None and best_epoch != settings.epochs:
-            log(f"keeping epoch {best_epoch} (best {eval_name}_acc {best_result.accuracy:.4f})")
-        best_params = devices.put_replicated(best_params, mesh)
-        return TrainResult(best_params, history, best_result, best_epoch)
+        if log is not None and best.epoch != settings.epochs:
+            log(f"keeping epoch {best.epoch} (best {eval_name}_acc {best.result.accuracy:.4f})")
+        best_params = devices.put_replicated(best.params, mesh)
+        return TrainResult(best_params, history, best.result, best.epoch)
     if tie is None:
         params = eval_params(state)
     else:  # the last evaluation's copy, if there was one: tying copies the whole table
@@ -221,12 +229,9 @@ def _epoch(
     return state, loss_sum / count, correct / count
 
 
-Best = tuple[tuple[float, float], int, hk.Params, EvalResult]  # score, epoch, params, result
-
-
 def _resume(
     state: TrainState, params: hk.Params, start: Progress | None, evaluated: tuple[str, ...]
-) -> tuple[TrainState, int, dict[str, list[float]], Best | None, EvalResult | None]:
+) -> tuple[TrainState, int, dict[str, list[float]], BestEpoch | None, EvalResult | None]:
     """Where the run starts: ``(state, first epoch, history, best, last evaluation)``, fresh
     or those of ``start`` (an interrupted run's arrays, in the structure of this one)."""
     history: dict[str, list[float]] = {name: [] for name in ("loss", "train_acc", *evaluated)}
@@ -236,9 +241,8 @@ def _resume(
     history = {name: list(values) for name, values in start.history.items()}
     best = None
     if start.best is not None:
-        score, epoch, leaves, best_result = start.best
-        kept = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(params), leaves)
-        best = (tuple(score), epoch, kept, best_result)
+        kept = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(params), start.best.params)
+        best = start.best._replace(score=tuple(start.best.score), params=kept)
     return state, start.epoch, history, best, start.result
 
 
@@ -246,12 +250,12 @@ def _progress(
     epoch: int,
     state: TrainState,
     history: dict[str, list[float]],
-    best: Best | None,
+    best: BestEpoch | None,
     result: EvalResult | None,
 ) -> Progress:
     """The loop after epoch ``epoch`` (0-based) on the host, as :func:`_resume` reads it."""
     leaves = jax.tree_util.tree_leaves
-    kept = best and (best[0], best[1], [np.asarray(x) for x in leaves(best[2])], best[3])
+    kept = best and best._replace(params=[np.asarray(x) for x in leaves(best.params)])
     host_state = [np.asarray(x) for x in leaves(jax.device_get(state))]
     return Progress(epoch + 1, host_state, history, kept, result)
 

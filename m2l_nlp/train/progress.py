@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
 if TYPE_CHECKING:
     from m2l_nlp.train.metrics import EvalResult
+
+
+class BestEpoch(NamedTuple):
+    """The evaluated epoch kept so far (``keep_best``): its score ``(accuracy, -loss)``, its
+    number (1-based), its parameters and its evaluation."""
+
+    score: tuple[float, float]
+    epoch: int
+    params: Any  # the params' pytree in the loop; their flat leaves in a Progress
+    result: EvalResult
 
 
 class Progress(NamedTuple):
@@ -22,5 +32,5 @@ class Progress(NamedTuple):
     epoch: int  # epochs completed
     state: list[np.ndarray]
     history: dict[str, list[float]]
-    best: tuple[tuple[float, float], int, list[np.ndarray], EvalResult] | None = None
+    best: BestEpoch | None = None  # its params: flat leaves
     result: EvalResult | None = None  # the last evaluation
