@@ -203,93 +203,52 @@ def _preset_name(args: argparse.Namespace) -> str:
     return SMALL_DATA_PRESET if args.data == "small" else DEFAULT_PRESET
 
 
-_IMPL_WORDS = {
-    "exercises": "your modules",
-    "solutions": "the reference; --impl exercises trains yours",
-}
-
-
 def cmd_train(args: argparse.Namespace) -> int:
-    from m2l_nlp.data.imdb_archive import check_source
-    from m2l_nlp.data.pipeline import default_cache_dir, prepare_for
-    from m2l_nlp.runs.experiment import resolve_val_size, train_and_evaluate
-    from m2l_nlp.runs.folders import default_out, open_run, unwritable
-    from m2l_nlp.train.loop import DivergedError
+    from m2l_nlp.runs.experiment import TrainRequest, TrainStopped, run_training
+    from m2l_nlp.runs.folders import default_out
 
     start = time.perf_counter()
-    try:  # everything that can be checked before the data load (minutes on the full IMDB)
+    try:
         name = _preset_name(args)
         preset = override(PRESETS[name], args.set)
         if args.epochs is not None:
             preset = override(preset, [f"train.epochs={args.epochs}"])
-        preset.check()
-        resolve_val_size(preset, args.val_size, args.no_test, n_train=sys.maxsize)
     except (TypeError, ValueError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    if args.impl == "exercises":  # an exercise left to do is named before anything else
-        from m2l_nlp.model.classifiers import check_model_builds
-
-        check_model_builds(preset, args.impl)
-    if args.data != "small":  # a wrong path is named before anything is created
-        check_source(args.data)
-    out = Path(args.out or default_out(name, args.no_test))
-    cache = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
-    problem = unwritable(out.absolute().parent, "--out") or unwritable(cache, "--cache-dir")
-    if problem:
-        print(f"error: {problem}", file=sys.stderr)
-        return 2
-    with open_run(out, overwrite=args.overwrite, resume=args.resume) as folder:
-        print(f"model: {args.impl}/ ({_IMPL_WORDS[args.impl]})")
-        print(f"devices: {devices.describe_devices()}")
-        print(f"preset {name}: {preset.description}")
-        if args.set:
-            print(f"changed: {' '.join(args.set)}")
-        progress = not args.no_progress
-        data = prepare_for(
-            preset, args.data, seed=args.seed, cache_dir=args.cache_dir, progress=progress
+    try:
+        request = TrainRequest(
+            name=name,
+            preset=preset,
+            data=args.data,
+            out=Path(args.out or default_out(name, args.no_test)),
+            cache_dir=Path(args.cache_dir) if args.cache_dir else None,
+            changed=tuple(args.set),
+            impl=args.impl,
+            seed=args.seed,
+            val_size=args.val_size,
+            no_test=args.no_test,
+            overwrite=args.overwrite,
+            resume=args.resume,
+            progress=not args.no_progress,
         )
-        print(f"data prepared ({time.perf_counter() - start:.0f}s)")
-        try:
-            run = train_and_evaluate(
-                preset,
-                data,
-                folder,
-                name=name,
-                changed=args.set,
-                impl=args.impl,
-                seed=args.seed,
-                val_size=args.val_size,
-                no_test=args.no_test,
-                resume=args.resume,
-                progress=progress,
+        run = run_training(request)
+    except TrainStopped as stopped:
+        if stopped.saved is not None and str(stopped) == "interrupted":
+            again = [a for a in args.argv if a not in ("--overwrite", "--resume")]
+            command = shlex.join(["m2l-nlp", *again, "--resume"])
+            print(
+                f"\ninterrupted: epoch {stopped.saved['epoch']} of {stopped.saved['epochs']} "
+                f"is kept; continue with: {command}",
+                file=sys.stderr,
             )
-        except DivergedError as error:  # nothing is written over the run already in --out
-            saved = folder.read_progress()
-            kept = f"; nothing was written to {out}"
-            if saved is not None:
-                kept += (
-                    f"; epoch {saved['epoch']} of {saved['epochs']} is kept (--resume continues "
-                    "it, --overwrite starts again)"
-                )
-            print(f"error: {error}{kept}", file=sys.stderr)
-            return 1
-        except ValueError as error:  # e.g. --val-size larger than the training split
-            print(f"error: {error}", file=sys.stderr)
-            return 2
-        except KeyboardInterrupt:
-            saved = folder.read_progress()
-            if saved is not None:
-                again = [a for a in args.argv if a not in ("--overwrite", "--resume")]
-                command = shlex.join(["m2l-nlp", *again, "--resume"])
-                print(
-                    f"\ninterrupted: epoch {saved['epoch']} of {saved['epochs']} is kept; "
-                    f"continue with: {command}",
-                    file=sys.stderr,
-                )
-                return 130
-            raise
-    _print_result(run, out, time.perf_counter() - start)
+            return 130
+        print(f"error: {stopped}", file=sys.stderr)
+        return 1
+    except ValueError as error:  # a request that cannot run (nothing created), or its data
+        print(f"error: {_in_your_code(error, args) or error}", file=sys.stderr)
+        return 2
+    _print_result(run, request.out, time.perf_counter() - start)
     return 0
 
 

@@ -875,3 +875,73 @@ def test_memory_the_kernel_holds_for_the_student_counts_against_the_budget(tmp_p
         assert growth.grown() < 1 << 20
     finally:
         planted.unlink(missing_ok=True)
+
+
+def test_memory_only_files_count_once_and_the_reference_time_credited_is_bounded():
+    """Pages written into a memfd that is never mapped are in no process's size; a
+    submission that slows the reference gets at most its allowance back."""
+    import subprocess
+    import sys
+
+    from m2l_nlp.grading.trusted.limits import TimeBudget, memory_files_of
+
+    code = (
+        "import os, sys, time\nfd = os.memfd_create('m')\nos.write(fd, b'1' * (8 << 20))\n"
+        "pid = os.fork()\nprint(1, flush=True)\ntime.sleep(30)\n"  # two holders, one file
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        holder.stdout.readline()
+        children = Path(f"/proc/{holder.pid}/task/{holder.pid}/children").read_text().split()
+        pids = {holder.pid, *map(int, children)}
+        assert len(pids) == 2
+        assert 8 << 20 <= memory_files_of(pids) < 9 << 20
+        assert memory_files_of({os.getpid()}) == 0
+    finally:
+        for child in children:
+            os.kill(int(child), 9)
+        holder.kill()
+        holder.wait()
+    budget = TimeBudget(10, allowance=5)
+    before = budget.deadline
+    budget.pause(3)
+    budget.pause(3)
+    assert budget.deadline - before == 5 and budget.allowance == 0
+
+
+def test_the_student_users_keyrings_are_emptied():
+    """A key in the persistent keyring outlives its processes; cleanup empties it."""
+    import subprocess
+
+    from m2l_nlp.grading.trusted.cleanup import remove_keys_of
+
+    nobody, python = 65534, "/usr/bin/python3"
+    if not os.access(python, os.X_OK) or os.geteuid() != 0:
+        pytest.skip("needs root and a /usr/bin/python3 for the student's user")
+    code = (
+        "import ctypes, sys\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "libc.syscall.restype = ctypes.c_long\nL = ctypes.c_long\n"
+        "ring = libc.syscall(250, 22, L(-1), L(-2))\n"
+        "if sys.argv[1] == 'add':\n"
+        "    print(libc.syscall(248, b'user', b'm2l-test', b'x', ctypes.c_size_t(1), L(ring)))\n"
+        "else:\n"
+        "    print(libc.syscall(250, 10, L(ring), b'user', b'm2l-test', L(0)))\n"
+    )
+
+    def as_nobody(what: str) -> int:
+        done = subprocess.run(
+            [python, "-I", "-c", code, what],
+            user=nobody,
+            group=nobody,
+            extra_groups=[],
+            cwd="/",
+            capture_output=True,
+            text=True,
+        )
+        return int(done.stdout)
+
+    if os.uname().machine != "x86_64" or as_nobody("add") <= 0:
+        pytest.skip("no keyctl here (x86_64 numbers; a seccomp profile may refuse it)")
+    assert as_nobody("find") > 0  # the key outlived the process that added it
+    assert remove_keys_of((nobody, nobody), python).left == []
+    assert as_nobody("find") < 0

@@ -67,6 +67,115 @@ class RunResult(NamedTuple):
     metrics: dict[str, Any]
 
 
+IMPL_WORDS = {
+    "exercises": "your modules",
+    "solutions": "the reference; --impl exercises trains yours",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainRequest:
+    """What ``m2l-nlp train`` was asked: a preset (its ``--set`` changes applied) and where
+    its data, run folder and caches are."""
+
+    name: str  # the preset's name
+    preset: Preset
+    data: str | None  # a path, "small", or None (IMDB wherever it is found)
+    out: Path
+    cache_dir: Path | None = None
+    changed: tuple[str, ...] = ()
+    impl: str = "solutions"
+    seed: int = 0
+    val_size: int | None = None
+    no_test: bool = False
+    overwrite: bool = False
+    resume: bool = False
+    progress: bool = True
+
+
+class TrainStopped(Exception):
+    """The run stopped before it was written; ``saved``: the epoch kept in its run folder
+    (``{"epoch": .., "epochs": ..}``, or None), which ``--resume`` continues."""
+
+    def __init__(self, message: str, saved: dict[str, Any] | None):
+        super().__init__(message)
+        self.saved = saved
+
+
+def run_training(request: TrainRequest, say: Callable[[str], None] = print) -> RunResult:
+    """The whole job of ``m2l-nlp train``: what can be checked is checked before the data
+    are read (minutes on the full IMDB), then the run folder is opened, the data prepared,
+    and the model trained, tested and saved (:func:`train_and_evaluate`); ``say`` gets the
+    lines to show. Raises ``ValueError`` for a request that cannot run (nothing created),
+    the data's, the folder's and the model's own errors, and :class:`TrainStopped` for a
+    run that diverged (its ``DivergedError`` as the cause) or was interrupted."""
+    from m2l_nlp.data.imdb_archive import check_source
+    from m2l_nlp.data.pipeline import default_cache_dir, prepare_for
+    from m2l_nlp.model.classifiers import check_model_builds
+    from m2l_nlp.train.loop import DivergedError
+
+    start = time.perf_counter()
+    preset = request.preset
+    try:
+        preset.check()
+    except TypeError as error:  # a setting of the wrong type: the request's, said the same way
+        raise ValueError(str(error)) from None
+    resolve_val_size(preset, request.val_size, request.no_test, n_train=2**62)
+    if request.impl == "exercises":  # an exercise left to do is named before anything else
+        check_model_builds(preset, request.impl)
+    if request.data != "small":  # a wrong path is named before anything is created
+        check_source(request.data)
+    cache = request.cache_dir or default_cache_dir()
+    problem = runs.unwritable(request.out.absolute().parent, "--out") or runs.unwritable(
+        cache, "--cache-dir"
+    )
+    if problem:
+        raise ValueError(problem)
+    with runs.open_run(request.out, overwrite=request.overwrite, resume=request.resume) as folder:
+        say(f"model: {request.impl}/ ({IMPL_WORDS[request.impl]})")
+        say(f"devices: {devices.describe_devices()}")
+        say(f"preset {request.name}: {preset.description}")
+        if request.changed:
+            say(f"changed: {' '.join(request.changed)}")
+        data = prepare_for(
+            preset,
+            request.data,
+            seed=request.seed,
+            cache_dir=request.cache_dir,
+            progress=request.progress,
+        )
+        say(f"data prepared ({time.perf_counter() - start:.0f}s)")
+        try:
+            return _train_and_evaluate(
+                preset,
+                data,
+                folder,
+                name=request.name,
+                changed=request.changed,
+                impl=request.impl,
+                seed=request.seed,
+                val_size=request.val_size,
+                no_test=request.no_test,
+                resume=request.resume,
+                progress=request.progress,
+                log=say,
+            )
+        except DivergedError as error:  # nothing is written over the run already there
+            saved = folder.read_progress()
+            kept = f"; nothing was written to {request.out}"
+            if saved is not None:
+                kept += (
+                    f"; epoch {saved['epoch']} of {saved['epochs']} is kept (--resume continues "
+                    "it, --overwrite starts again)"
+                )
+            raise TrainStopped(f"{error}{kept}", saved) from error
+        except KeyboardInterrupt:
+            saved = folder.read_progress()
+            if saved is None:
+                raise
+            raise TrainStopped("interrupted", saved) from None
+
+
 def _check_first_batch(
     preset: Preset, funcs: ModelFuncs, params: Any, tie: Any, split: Any, impl: Any
 ) -> None:

@@ -16,6 +16,8 @@ import dataclasses
 import os
 import secrets
 import stat
+import subprocess
+import sys
 import time
 from collections.abc import Iterable
 
@@ -250,3 +252,47 @@ def _ipc_ids(kind: str, uid: int) -> list[int]:
         except (ValueError, IndexError):
             continue
     return ids
+
+
+# Run as the student's user: its user, user-session and persistent keyrings outlive its
+# processes (days, for the persistent one), so a submission could leave data there for the
+# next one. keyctl has no libc wrapper in the standard library: the syscall by number.
+_CLEAR_KEYS = """
+import ctypes, platform, sys
+nr = {"x86_64": 250, "aarch64": 219, "ppc64le": 280, "s390x": 280}.get(platform.machine())
+if nr is None:
+    print("no keyctl number for " + platform.machine())
+    sys.exit(0)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+CLEAR, GET_PERSISTENT, USER, USER_SESSION, PROCESS = 7, 22, -4, -5, -2
+rings = [USER, USER_SESSION]
+persistent = libc.syscall(nr, GET_PERSISTENT, ctypes.c_long(-1), ctypes.c_long(PROCESS))
+if persistent > 0:
+    rings.append(persistent)
+cleared = sum(libc.syscall(nr, CLEAR, ctypes.c_long(ring)) == 0 for ring in rings)
+print(cleared)
+"""
+
+
+def remove_keys_of(user: tuple[int, int], python: str = sys.executable) -> Cleaned:
+    """Empty the kernel keyrings of ``user`` (uid, gid) that outlive its processes: its user,
+    user-session and persistent keyrings. Where the kernel refuses keyctl (a container's
+    seccomp profile), nothing could be kept there, and nothing is left."""
+    try:
+        done = subprocess.run(
+            [python, "-I", "-S", "-c", _CLEAR_KEYS],
+            user=user[0],
+            group=user[1],
+            extra_groups=[],
+            cwd="/",
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+    except (OSError, subprocess.SubprocessError) as err:
+        return Cleaned(0, [f"keyrings: {err}"])
+    said = done.stdout.strip()
+    if done.returncode != 0 or not said.isdigit():
+        return Cleaned(0, [f"keyrings: {said or done.stderr.strip()[-200:]}"])
+    return Cleaned(int(said))

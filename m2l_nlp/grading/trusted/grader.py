@@ -66,6 +66,7 @@ from m2l_nlp.grading.trusted.cleanup import (
     Cleaned,
     remove_files_of,
     remove_ipc_of,
+    remove_keys_of,
     remove_path,
     writable_folders,
 )
@@ -77,6 +78,7 @@ from m2l_nlp.grading.trusted.limits import (
     TimeBudget,
     TmpfsGrowth,
     detached_shared_memory,
+    memory_files_of,
     set_oom_score,
 )
 from m2l_nlp.grading.trusted.recording import record
@@ -141,6 +143,9 @@ def safe_log(log: Callable[[str], None]) -> Callable[[str], None]:
             pass
 
     return write
+
+
+REFERENCE_TIME_FACTOR = 3  # a submission's allowance for the reference's answers, in passes
 
 
 class GraderBroken(Exception):
@@ -399,7 +404,14 @@ def _grade_submission(
         reference, limits = references[practical]
         try:
             results += grade_practical(
-                exercises, practical, found[practical], folder, user, reference, limits, budget,
+                exercises,
+                practical,
+                found[practical],
+                folder,
+                user,
+                reference,
+                limits,
+                budget,
                 watch,
             )
         except WorkerGone as gone:  # the reference's own process: nothing to blame the student
@@ -432,6 +444,7 @@ class _Batch:
     def __init__(self, root: Path, scratch: Path, log: Callable[[str], None]):
         self.root, self.scratch, self.log = root, scratch, log
         self.references: dict[str, tuple[RemoteNamespace, dict[str, float]]] = {}
+        self.reference_seconds: dict[str, float] = {}  # each reference's whole pass
         self.settings: Any = None
         self.exercises: dict[str, Exercise] = {}  # the catalog, the hidden checks included
         self.practicals: list[str] = []
@@ -463,6 +476,7 @@ class _Batch:
                 self.watch.paused = False
         self.references[practical] = remote, limits
         took = time.monotonic() - start
+        self.reference_seconds[practical] = took
         self.log(f"{practical}: the reference passed every check in {took:.1f} s")
         problem = set_oom_score(remote.worker.process.pid, REFERENCE_OOM_SCORE)
         if problem:
@@ -480,6 +494,7 @@ class _Batch:
             steps += [
                 ("files", lambda: remove_files_of(uid, started, self.shared)),
                 ("IPC objects", lambda: remove_ipc_of(uid)),
+                ("keyrings", lambda: remove_keys_of(self.user)),
             ]
         for what, step in steps:
             try:
@@ -489,7 +504,7 @@ class _Batch:
                 continue
             if isinstance(done, Cleaned) and done.left:
                 self.log(f"cleanup ({what}): {len(done.left)} left, e.g. {done.left[0]}")
-                if what in ("files", "IPC objects"):
+                if what in ("files", "IPC objects", "keyrings"):
                     self.tainted = (
                         f"what an earlier submission left ({what}) could not all be removed, "
                         "and a later one could read it: grade the rest of the batch again"
@@ -513,7 +528,10 @@ def _grade_one(batch: _Batch, number: int, submission: Path, seed: int) -> dict[
         seconds = submission_seconds(
             batch.settings.submission_time_limit, limits, len(batch.practicals)
         )
-        budget = TimeBudget(seconds)
+        # the reference's answers to one submission take less than its own pass over every
+        # check: more than a few times that is the submission's doing (it slows the machine)
+        allowance = REFERENCE_TIME_FACTOR * sum(batch.reference_seconds.values()) + 60
+        budget = TimeBudget(seconds, allowance)
         with seeded(seed):
             results, notes = _grade_submission(
                 batch.exercises,
@@ -629,7 +647,8 @@ def grade(
         uid = batch.user[0] if batch.user is not None else os.getuid()
 
         def held_by_the_kernel() -> int:
-            return detached_shared_memory(uid) + tmpfs.grown()
+            files = memory_files_of(descendants(batch.keep()))
+            return detached_shared_memory(uid) + tmpfs.grown() + files
 
         batch.watch = MemoryWatch(
             budget,

@@ -11,12 +11,13 @@ worker planted is never read.
 from __future__ import annotations
 
 import json
+import math
 import os
 import resource
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 # One student process's limits: address space (JAX on the CPU runs in well under 2 GiB),
 # processes and threads of its user, bytes in one file, no core files.
@@ -71,17 +72,22 @@ def current_limits() -> dict[str, tuple[int, int]]:
 
 class TimeBudget:
     """One submission's time: its deadline moves on while the reference's process answers
-    (that time is not the student's), and every worker's deadline is capped by it."""
+    (that time is not the student's), by at most ``allowance`` seconds in all: a submission
+    that slows the reference down (processes left burning the CPU) pays for it, so that the
+    grading's wall time stays bounded. Every worker's deadline is capped by it."""
 
-    def __init__(self, seconds: float):
+    def __init__(self, seconds: float, allowance: float = math.inf):
         self.seconds = seconds
         self.deadline = time.monotonic() + seconds
+        self.allowance = allowance
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
     def pause(self, took: float) -> None:
-        self.deadline += took
+        credit = min(took, self.allowance)
+        self.allowance -= credit
+        self.deadline += credit
 
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -102,6 +108,27 @@ def memory_of(pid: int) -> int:
             return int(handle.read().split()[1]) * _PAGE
     except (OSError, ValueError, IndexError):
         return 0
+
+
+def memory_files_of(pids: Iterable[int]) -> int:
+    """Bytes in the memory-only files (``memfd_create``) that processes ``pids`` hold open,
+    each file once: written and never mapped, their pages are in no process's size."""
+    seen: dict[tuple[int, int], int] = {}
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue
+        for fd in fds:
+            path = f"/proc/{pid}/fd/{fd}"
+            try:
+                if not os.readlink(path).startswith("/memfd:"):
+                    continue
+                st = os.stat(path)
+            except OSError:
+                continue
+            seen[(st.st_dev, st.st_ino)] = st.st_blocks * 512
+    return sum(seen.values())
 
 
 def detached_shared_memory(uid: int) -> int:
