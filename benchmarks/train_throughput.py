@@ -141,7 +141,7 @@ def per_width(model, params, ids, mask, labels, batch_size, repeats, steps=10):
         for r in range(repeats + 1):  # the first pass compiles
             start = time.perf_counter()
             for _ in range(steps if r else 1):
-                state, loss, _hits = training.train_step(
+                state, loss, _hits = step_fns.train_step(
                     state, key, *batch, model=model, optimizer=optimizer, micro=micro
                 )
             jax.block_until_ready(loss)
@@ -204,7 +204,7 @@ def count_ops(model, params, batch_size: int, width: int = 256) -> None:
     ids = jnp.ones((batch_size, width), jnp.int32)
     labels = jnp.zeros((batch_size,), jnp.int32)
     key = jax.random.PRNGKey(0)
-    step = training.train_step.lower(state, key, ids, ids, labels, model=model, optimizer=optimizer)
+    step = step_fns.train_step.lower(state, key, ids, ids, labels, model=model, optimizer=optimizer)
     update = jax.jit(lambda state, grads: step_fns.update(state, grads, optimizer))
     alone = update.lower(state, state.params)
     leaves = len(jax.tree_util.tree_leaves(params))
