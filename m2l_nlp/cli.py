@@ -234,7 +234,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         )
         run = run_training(request)
     except TrainStopped as stopped:
-        if stopped.saved is not None and str(stopped) == "interrupted":
+        if stopped.interrupted:
             again = [a for a in args.argv if a not in ("--overwrite", "--resume")]
             command = shlex.join(["m2l-nlp", *again, "--resume"])
             print(

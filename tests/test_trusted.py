@@ -865,7 +865,7 @@ def test_memory_the_kernel_holds_for_the_student_counts_against_the_budget(tmp_p
     try:
         planted.write_bytes(b"\1" * (4 << 20))
         assert growth.grown() >= 4 << 20
-        extra = lambda: detached_shared_memory(nobody) + growth.grown()  # noqa: E731
+        extra = lambda pids: detached_shared_memory(nobody) + growth.grown()  # noqa: E731
         with MemoryWatch(2 << 20, set, lambda: None, interval=0.05, extra=extra) as watch:
             deadline = time.monotonic() + 5
             while watch.tripped is None and time.monotonic() < deadline:

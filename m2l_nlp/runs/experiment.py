@@ -94,12 +94,14 @@ class TrainRequest:
 
 
 class TrainStopped(Exception):
-    """The run stopped before it was written; ``saved``: the epoch kept in its run folder
-    (``{"epoch": .., "epochs": ..}``, or None), which ``--resume`` continues."""
+    """The run stopped before it was written (``interrupted``, or it diverged); ``saved``: the
+    epoch kept in its run folder (``{"epoch": .., "epochs": ..}``, or None), which
+    ``--resume`` continues."""
 
-    def __init__(self, message: str, saved: dict[str, Any] | None):
+    def __init__(self, message: str, saved: dict[str, Any] | None, interrupted: bool = False):
         super().__init__(message)
         self.saved = saved
+        self.interrupted = interrupted
 
 
 def run_training(request: TrainRequest, say: Callable[[str], None] = print) -> RunResult:
@@ -173,7 +175,7 @@ def run_training(request: TrainRequest, say: Callable[[str], None] = print) -> R
             saved = folder.read_progress()
             if saved is None:
                 raise
-            raise TrainStopped("interrupted", saved) from None
+            raise TrainStopped("interrupted", saved, interrupted=True) from None
 
 
 def _check_first_batch(

@@ -646,9 +646,8 @@ def grade(
         tmpfs = TmpfsGrowth()
         uid = batch.user[0] if batch.user is not None else os.getuid()
 
-        def held_by_the_kernel() -> int:
-            files = memory_files_of(descendants(batch.keep()))
-            return detached_shared_memory(uid) + tmpfs.grown() + files
+        def held_by_the_kernel(pids: set[int]) -> int:
+            return detached_shared_memory(uid) + tmpfs.grown() + memory_files_of(pids)
 
         batch.watch = MemoryWatch(
             budget,

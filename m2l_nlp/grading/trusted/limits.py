@@ -191,8 +191,8 @@ class MemoryWatch:
     """A thread that adds up the memory of a submission's processes (``pids()``) every
     ``interval`` seconds and kills them all when they hold more than ``budget`` bytes
     together: per-process limits cannot make a total. ``tripped``: the total that it
-    stopped, until :meth:`reset`. ``extra()``: more bytes to count (System V segments and
-    in-memory files the submission left, which no process's size shows)."""
+    stopped, until :meth:`reset`. ``extra(pids)``: more bytes to count (System V segments
+    and in-memory files the submission left, which no process's size shows)."""
 
     def __init__(self, budget: int, pids, kill, interval: float = 0.1, extra=None):
         self.budget, self._pids, self._kill, self.interval = budget, pids, kill, interval
@@ -222,7 +222,7 @@ class MemoryWatch:
             try:
                 pids = self._pids()
                 total = sum(memory_of(pid) for pid in pids)
-                total += self._extra() if self._extra is not None else 0
+                total += self._extra(pids) if self._extra is not None else 0
                 self.peak = max(self.peak, total)
                 if total > self.budget:
                     self.tripped = total
