@@ -52,15 +52,18 @@ GRADESCOPE_VERSION = "3.10"  # Gradescope's default base image, Ubuntu 22.04
 @functools.cache
 def _python_for_everyone() -> str:
     """Gradescope's ``python3``: a Python 3.10 that the unprivileged user can run too
-    (``$M2L_GRADESCOPE_PYTHON``, else pyenv's copied where every user may read it:
-    .ci/readable_python.sh). Root only: setup.sh and the student's user need it."""
+    (``$M2L_GRADESCOPE_PYTHON``, else pyenv's copied where every user may read it,
+    ``$M2L_PYTHONS_DIR`` or /opt/m2l-nlp: .ci/readable_python.sh). Root only: setup.sh and the
+    student's user need it."""
     if os.geteuid() != 0:
         pytest.skip("the autograder's end-to-end tests run as root (setup.sh, a student user)")
     if os.environ.get(GRADESCOPE_PYTHON):
         return os.environ[GRADESCOPE_PYTHON]
+    # outside the repository: a clone may sit in a folder only root can open (mktemp -d)
+    folder = Path(os.environ.get("M2L_PYTHONS_DIR", "/opt/m2l-nlp"))
     made = subprocess.run(
         ["bash", str(ROOT / ".ci" / "readable_python.sh"), GRADESCOPE_VERSION]
-        + [str(ROOT / ".compat" / f"python{GRADESCOPE_VERSION}")],
+        + [str(folder / f"python{GRADESCOPE_VERSION}")],
         capture_output=True,
         text=True,
     )
