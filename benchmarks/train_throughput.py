@@ -135,14 +135,15 @@ def per_width(model, params, ids, mask, labels, batch_size, repeats, steps=10):
     rows = []
     for w in (int(w) for w in np.unique(bucket)):
         pick = np.resize(np.flatnonzero(bucket == w), batch_size)  # repeats if too few
-        batch = [jnp.asarray(a[pick, :w]) for a in (ids, mask)] + [jnp.asarray(labels[pick])]
+        inputs = tuple(jnp.asarray(a[pick, :w]) for a in (ids, mask))
+        batch = step_fns.Batch(inputs, jnp.asarray(labels[pick]), jnp.ones(batch_size))
         micro = batching.micro_batches(batch_size, w, 1, cells)
         times = []
         for r in range(repeats + 1):  # the first pass compiles
             start = time.perf_counter()
             for _ in range(steps if r else 1):
                 state, loss, _hits = step_fns.train_step(
-                    state, key, *batch, model=model, optimizer=optimizer, micro=micro
+                    state, key, batch, model=model, optimizer=optimizer, micro=micro
                 )
             jax.block_until_ready(loss)
             if r:
@@ -204,7 +205,8 @@ def count_ops(model, params, batch_size: int, width: int = 256) -> None:
     ids = jnp.ones((batch_size, width), jnp.int32)
     labels = jnp.zeros((batch_size,), jnp.int32)
     key = jax.random.PRNGKey(0)
-    step = step_fns.train_step.lower(state, key, ids, ids, labels, model=model, optimizer=optimizer)
+    batch = step_fns.Batch((ids, ids), labels, jnp.ones(batch_size))
+    step = step_fns.train_step.lower(state, key, batch, model=model, optimizer=optimizer)
     update = jax.jit(lambda state, grads: step_fns.update(state, grads, optimizer))
     alone = update.lower(state, state.params)
     leaves = len(jax.tree_util.tree_leaves(params))

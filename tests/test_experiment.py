@@ -87,6 +87,7 @@ def test_an_interrupted_run_resumes_to_the_same_result(tiny, tmp_path, monkeypat
     assert not out.exists() and (tmp_path / ".stopped.partial" / "progress.json").is_file()
     with pytest.raises(runs.RunFolderError, match="these differ: seed"):
         experiment.train_and_evaluate(preset, data, out, seed=1, resume=True, name="tiny", log=None)
+    _refused_with_another_state_layout(preset, data, out)
     lines = []
     resumed = experiment.train_and_evaluate(
         preset, data, out, name="tiny", resume=True, progress=False, log=lines.append
@@ -98,6 +99,28 @@ def test_an_interrupted_run_resumes_to_the_same_result(tiny, tmp_path, monkeypat
     assert resumed.test.accuracy == whole.test.accuracy
     assert resumed.metrics["best_epoch"] == whole.metrics["best_epoch"]
     assert not (tmp_path / ".stopped.partial").exists()
+
+
+def _refused_with_another_state_layout(preset, data, out) -> None:
+    """A saved state of another layout (an optimizer state of one array fewer, as another
+    optimizer saves it) is refused in one line, and the saved epoch is left as it was."""
+    partial = out.parent / f".{out.name}.partial"
+    info = json.loads((partial / "progress.json").read_text())
+    saved = partial / info["arrays"]
+    original = saved.read_bytes()
+    with np.load(saved) as arrays:
+        kept = {key: arrays[key] for key in arrays.files}
+    count = info["state_count"]
+    kept.pop(f"state_{count - 1}")
+    with saved.open("wb") as handle:
+        np.savez(handle, **kept)
+    (partial / "progress.json").write_text(json.dumps(dict(info, state_count=count - 1)))
+    with pytest.raises(runs.RunFolderError, match="does not fit this run") as refused:
+        experiment.train_and_evaluate(preset, data, out, resume=True, name="tiny", log=None)
+    assert "\n" not in str(refused.value) and "--overwrite" in str(refused.value)
+    assert not out.exists() and saved.is_file()
+    saved.write_bytes(original)
+    (partial / "progress.json").write_text(json.dumps(info))
 
 
 @pytest.mark.slow

@@ -24,8 +24,9 @@ from m2l_nlp.transform import funcs_from_stateful
 def _delta(model, params, optimizer, random_split):
     ids, mask, labels = random_split(8, seed=1, min_len=2)
     state = optim.init_state(jax.tree_util.tree_map(jnp.array, params), optimizer)
+    batch = step.Batch((ids, mask), labels, np.ones(len(labels), np.float32))
     new, loss, correct = step.train_step(
-        state, jax.random.PRNGKey(1), ids, mask, labels, model=model, optimizer=optimizer
+        state, jax.random.PRNGKey(1), batch, model=model, optimizer=optimizer
     )
     assert np.isfinite(float(loss)) and 0 <= float(correct) <= 8
     leaf = lambda p: np.asarray(p["classifier/~/head"]["w"])
@@ -65,10 +66,10 @@ def test_micro_batched_step_makes_the_same_update(tiny_config, tiny_params, rand
     results = []
     for m in (1, micro):
         state = optim.init_state(jax.tree_util.tree_map(jnp.array, params), optimizer)
+        batch = step.Batch((ids, mask), labels, weights)
         new, loss, correct = step.train_step(
-            state, jax.random.PRNGKey(1), ids, mask, labels, weights,
-            model=model, optimizer=optimizer, micro=m,
-        )  # fmt: skip
+            state, jax.random.PRNGKey(1), batch, model=model, optimizer=optimizer, micro=m
+        )
         results.append((jax.device_get(new.params), float(loss), float(correct)))
     (p1, loss1, c1), (pm, lossm, cm) = results
     assert lossm == pytest.approx(loss1, rel=1e-5) and cm == c1
@@ -77,6 +78,32 @@ def test_micro_batched_step_makes_the_same_update(tiny_config, tiny_params, rand
     jax.tree_util.tree_map(
         lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-6), p1, pm
     )
+
+
+def test_the_loop_runs_the_train_step(tiny_config, tiny_params, signal_split):
+    """An epoch of one batch through the loop is one call of ``train_step`` on that batch:
+    same parameters, same loss (no dropout, so the keys do not matter)."""
+    model = models.classifier(dataclasses.replace(tiny_config, p_dropout=0.0))
+    ids, mask, labels = signal_split(8, seq_len=32, seed=2)
+    split = (ids, np.ones_like(mask), labels)
+    settings = TrainSettings(epochs=1, batch_size=8, learning_rate=1e-2, crop_len=32)
+    trained = training.train(model, tiny_params, split, settings, progress=False, log=None)
+    optimizer = optim.make_optimizer(settings, 1)  # the loop's: one epoch of one step
+    state = optim.init_state(jax.tree_util.tree_map(jnp.array, tiny_params), optimizer)
+    batch = step.Batch((ids, np.ones_like(mask)), labels, np.ones(8, np.float32))
+    new, loss, _ = step.train_step(
+        state, jax.random.PRNGKey(0), batch, model=model, optimizer=optimizer
+    )
+    assert trained.history["loss"] == [pytest.approx(float(loss), rel=1e-5)]
+    paths = jax.tree_util.tree_leaves_with_path(new.params)
+    for (path, a), b in zip(paths, jax.tree_util.tree_leaves(trained.params), strict=True):
+        if "proj_k" in jax.tree_util.keystr(path):  # its bias: see the K-steps test below
+            continue
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=2e-5, atol=1e-6)
+    moved = np.abs(
+        np.asarray(new.params["classifier/~/head"]["w"]) - tiny_params["classifier/~/head"]["w"]
+    )
+    assert moved.max() > 1e-4  # the step did something
 
 
 BASE, FIRST = 40, np.array([5, 5, 7, 9, 11, 13, 20, 21, 30, 39], np.int32)  # 10 pair tokens
@@ -100,8 +127,8 @@ def test_a_tied_batch_gets_the_gradient_of_the_tied_model(tiny_config, tiny_para
         return (metrics.BINARY.row_loss(logits, labels) * weights).sum() / weights.sum()
 
     def mean_grads(stored, tie):  # jitted: one program, not an operation at a time
-        batch = (ids, mask, labels, weights, model.model.apply, metrics.BINARY, micro, tie)
-        return step.gradient(stored, key, *batch)
+        batch = step.Batch((ids, mask), labels, weights)
+        return step.gradient(stored, key, batch, model.model.apply, metrics.BINARY, micro, tie)
 
     # Both sides in full float32: a GPU's default TF32 products differ by ~1e-6 (H200).
     with jax.default_matmul_precision("highest"):

@@ -26,7 +26,7 @@ from m2l_nlp.config import Preset
 from m2l_nlp.data.splits import split_validation
 from m2l_nlp.runs import folders as runs
 from m2l_nlp.train.evaluation import evaluate
-from m2l_nlp.train.loop import train
+from m2l_nlp.train.loop import StateMismatch, train
 from m2l_nlp.train.metrics import EvalResult
 from m2l_nlp.train.progress import Progress
 from m2l_nlp.transform import ModelFuncs
@@ -309,19 +309,22 @@ def _train_and_evaluate(
             )
 
     mesh = devices.make_mesh()
-    result = train(
-        funcs,
-        params,
-        train_split,
-        settings,
-        eval_data=val_split,
-        mesh=mesh,
-        progress=progress,
-        log=log,
-        start=begin,
-        on_epoch=on_epoch,
-        tie=tie,  # the classifier's parameters come back, the pairs' rows tied
-    )
+    try:
+        result = train(
+            funcs,
+            params,
+            train_split,
+            settings,
+            eval_data=val_split,
+            mesh=mesh,
+            progress=progress,
+            log=log,
+            start=begin,
+            on_epoch=on_epoch,
+            tie=tie,  # the classifier's parameters come back, the pairs' rows tied
+        )
+    except StateMismatch as error:  # checked before anything of it is loaded
+        raise runs.RunFolderError(f"--resume: {error}") from None
     params = result.params
     test = None
     if not no_test:

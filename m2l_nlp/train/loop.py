@@ -14,8 +14,7 @@ optimizer's update. Everything here is speed around it, and changes none of its 
   are gathered on the device; with several devices each batch is sharded over them;
 - length buckets: batches are cut to a few fixed widths, so a few programs serve an epoch;
 - micro-batches: on a CPU a batch runs as cache-sized micro-batches, gradients summed;
-- several steps per call (``steps_per_call`` K > 1): K steps run in one ``lax.scan``; with
-  K = 1 the gradient (one program per width) and the update (one program) are compiled apart;
+- several steps per call (``steps_per_call`` K > 1): K steps run in one ``lax.scan``;
 - no waiting: the step donates its state and returns running sums, read once per epoch.
 
 The step reads its optimizer from its arguments (it is a static argument of the jit), never
@@ -46,7 +45,7 @@ from m2l_nlp.train.evaluation import evaluate
 from m2l_nlp.train.metrics import EvalResult, Objective
 from m2l_nlp.train.optim import TrainState, eval_params, init_state, make_optimizer
 from m2l_nlp.train.progress import BestEpoch, Progress
-from m2l_nlp.train.step import gradient, update
+from m2l_nlp.train.step import Batch, train_step
 from m2l_nlp.transform import ModelFuncs
 
 
@@ -59,6 +58,10 @@ class DivergedError(ValueError):
             f"the training loss became {loss} in epoch {epoch}: training diverged; try a lower "
             f"learning rate (train.learning_rate is {learning_rate:g}; e.g. {learning_rate / 4:g})"
         )
+
+
+class StateMismatch(ValueError):
+    """A saved training state (``start``) that is not this run's: nothing of it is loaded."""
 
 
 class TrainResult(NamedTuple):
@@ -237,6 +240,12 @@ def _resume(
     history: dict[str, list[float]] = {name: [] for name in ("loss", "train_acc", *evaluated)}
     if start is None:
         return state, 0, history, None, None
+    want = [(np.shape(x), np.dtype(x.dtype)) for x in jax.tree_util.tree_leaves(state)]
+    if [(np.shape(x), np.dtype(x.dtype)) for x in start.state] != want:
+        raise StateMismatch(
+            "the interrupted run's training state does not fit this run (another version of "
+            "the course or of its optimizer saved it): start again with --overwrite"
+        )
     state = jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(state), start.state)
     history = {name: list(values) for name, values in start.history.items()}
     best = None
@@ -285,71 +294,59 @@ def _make_epoch_step(
 ) -> Callable:
     """The jitted epoch step: ``step(state, sums, at, key, data, plan, width, micro)`` runs
     call ``at`` of the epoch (a device scalar, returned plus one). ``plan`` is the epoch's
-    ``(idx, starts, weights, group_js, group_valid)`` on the device: the call runs the steps
-    of batches ``group_js[at]`` (``(K,)``) that ``group_valid[at]`` counts, in a ``lax.scan``
-    when K > 1. A step that does not count leaves the state and the sums as they were
-    (optimizer count and weight average included), so the result is that of the counted
-    steps run one by one; K is part of the shapes, so one program serves every epoch. With
-    K = 1 a step is two programs: the gradient (per width) and the update (once). Made once
-    per model, optimizer and settings: a run started again reuses the programs.
+    ``(idx, starts, weights, group_js, group_valid)`` on the device: the call runs
+    :func:`~m2l_nlp.train.step.train_step` on batches ``group_js[at]`` (``(K,)``) that
+    ``group_valid[at]`` counts, in a ``lax.scan``. A step that does not count leaves the
+    state and the sums as they were (optimizer count and weight average included), so the
+    result is that of the counted steps run one by one; K is part of the shapes, so one
+    program per width serves every epoch. Made once per model, optimizer and settings: a
+    run started again reuses the programs.
 
     Every argument is a buffer placed once per epoch or one the previous call gave back
     (donated): calls pass the same device addresses, so XLA replays its CUDA graphs of them
     on a GPU (it records a graph again when an address it captured changes)."""
     shard = devices.batch_sharded(mesh)
     out = devices.replicated(mesh)
+    run_step = functools.partial(
+        train_step,
+        model=model,
+        optimizer=optimizer,
+        objective=objective,
+        ema_decay=ema_decay,
+        tie=tie,
+    )
 
-    def batch_grads(params, sums, key, data, plan, j, width, micro):
+    def one(state, sums, key, data, plan, j, width, micro):
+        """Step ``j`` of the epoch: its batch cut on the device, then the train step."""
         idx, starts, weights = (a[j] for a in plan[:3])
         ids, mask, labels = batching.gather(data, idx, starts, width)
         step_key, drop_key = jax.random.split(jax.random.fold_in(key, j))
         if token_dropout > 0:  # word dropout: hidden tokens become padding
             mask = mask * jax.random.bernoulli(drop_key, 1 - token_dropout, mask.shape)
             ids = ids * mask
-        ids, mask, labels, weights = jax.lax.with_sharding_constraint(
-            (ids, mask, labels, weights), shard
-        )
-        apply = model.model.apply
-        grads, loss, correct = gradient(
-            params, step_key, ids, mask, labels, weights, apply, objective, micro, tie
-        )
+        batch = jax.lax.with_sharding_constraint(Batch((ids, mask), labels, weights), shard)
+        state, loss, correct = run_step(state, step_key, batch, micro=micro)
         count = weights.sum()
-        return grads, sums + jnp.stack([loss * count, correct, count])
+        return state, sums + jnp.stack([loss * count, correct, count])
 
-    def advance(state, grads):
-        return update(state, grads, optimizer, ema_decay)
+    @functools.partial(
+        jax.jit,
+        static_argnames=("width", "micro"),
+        donate_argnames=("state", "sums", "at"),
+        out_shardings=(out,) * 3,
+    )
+    def step(state, sums, at, key, data, plan, width, micro):
+        *_, group_js, group_valid = plan
+        if group_js.shape[1] == 1:  # one step a call: no loop, nothing to skip
+            state, sums = one(state, sums, key, data, plan, group_js[at, 0], width, micro)
+            return state, sums, at + 1
 
-    # One step per call (K = 1): the gradient (one program per width) and the update (one
-    # program for every width) are compiled apart, so each width compiles only the model's
-    # forward and backward pass, not another copy of the optimizer and the weight average.
-    def first_grads(params, sums, at, key, data, plan, width, micro):
-        *_, group_js, _ = plan
-        grads, sums = batch_grads(params, sums, key, data, plan, group_js[at, 0], width, micro)
-        return grads, sums, at + 1
-
-    jit = functools.partial(jax.jit, static_argnames=("width", "micro"))
-    grads_program = jit(first_grads, donate_argnames=("sums", "at"), out_shardings=(out,) * 3)
-    update_program = jax.jit(advance, donate_argnames="state", out_shardings=out)
-
-    @functools.partial(jit, donate_argnames=("state", "sums", "at"), out_shardings=(out,) * 3)
-    def steps(state, sums, at, key, data, plan, width, micro):
         def body(carry, x):
-            (state, sums), (j, ok) = carry, x
-            grads, new_sums = batch_grads(state.params, sums, key, data, plan, j, width, micro)
-            new = (advance(state, grads), new_sums)
+            (j, ok) = x
+            new = one(*carry, key, data, plan, j, width, micro)
             return jax.tree_util.tree_map(lambda a, b: jnp.where(ok, a, b), new, carry), None
 
-        *_, group_js, group_valid = plan
         (state, sums), _ = jax.lax.scan(body, (state, sums), (group_js[at], group_valid[at]))
         return state, sums, at + 1
-
-    def step(state, sums, at, key, data, plan, width, micro):
-        *_, group_js, _ = plan
-        if group_js.shape[1] > 1:  # (G, K)
-            return steps(state, sums, at, key, data, plan, width=width, micro=micro)
-        grads, sums, at = grads_program(
-            state.params, sums, at, key, data, plan, width=width, micro=micro
-        )
-        return update_program(state, grads), sums, at
 
     return step
