@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 PUBLIC_API = {
     "m2l_nlp.grading": ("check",),
     "m2l_nlp.devices": ("configure_environment",),
-    "m2l_nlp.config": ("PRESETS", "ClassifierConfig", "ReverseConfig"),
+    "m2l_nlp.config": ("PRESETS", "ClassifierConfig", "LanguageModelConfig", "ReverseConfig"),
     "m2l_nlp.data.pipeline": ("compilation_cache_dir", "prepare_for"),
     "m2l_nlp.data.splits": ("split_validation",),
     "m2l_nlp.data.tokenization": ("batch_encode",),

@@ -118,6 +118,28 @@ class ClassifierConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class LanguageModelConfig:
+    """Sizes of practical 3's decoder-only language model (characters of IMDB reviews).
+
+    ``max_len`` is the window: the longest text the model reads at once, prompt and
+    generated characters together."""
+
+    vocab_size: int = 100
+    num_layers: int = 4
+    num_heads: int = 4
+    d_model: int = 128
+    d_ff: int = 512
+    p_dropout: float = 0.1
+    max_len: int = 128
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        check_at_least(self, 1, ("vocab_size", "num_layers", "d_ff", "max_len"))
+        check_heads(self)
+        check_fraction(self, ("p_dropout",))
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainSettings:
     """How to train: optimisation, schedule, cropping and evaluation settings."""
 

@@ -1,0 +1,55 @@
+"""What the check modules of practical 3 share: the practical's name, the sizes of every
+input, padded batches of characters, and the test that no position reads the future."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from m2l_nlp.grading.checks.tools import expect_array, fail
+
+PRACTICAL = "practical3_translation"
+
+B, S, D, H, FF = 2, 6, 12, 3, 20  # d_head = 4 != H, as in practical 2
+VOCAB = 11  # a small character vocabulary (id 0 is padding)
+
+
+def padded(rng: np.random.Generator, batch: int = B, length: int = S) -> np.ndarray:
+    """A padding mask `(batch, length)`: the first row full, the last one 2 shorter."""
+    lengths = rng.integers(2, length + 1, size=batch)
+    lengths[0] = length
+    if batch > 1:
+        lengths[-1] = length - 2
+    return (np.arange(length)[None, :] < lengths[:, None]).astype(np.int32)
+
+
+def char_batch(rng: np.random.Generator, batch: int = B, length: int = S):
+    """Character ids `(batch, length)` (0 at padding) and their padding mask."""
+    mask = padded(rng, batch, length)
+    ids = rng.integers(1, VOCAB, size=(batch, length)).astype(np.int32) * mask
+    return ids, mask
+
+
+def expect_no_future(
+    run: Callable[[np.ndarray], object], inputs: np.ndarray, rng: np.random.Generator, what: str
+) -> None:
+    """``run(inputs)`` at positions ``<= t`` does not change when the inputs after ``t`` do:
+    each position reads itself and the past only. ``inputs`` is ``(B, S, ...)``."""
+    t = inputs.shape[1] // 2
+    changed = inputs.copy()
+    if np.issubdtype(inputs.dtype, np.integer):  # other characters (ids 1 .. VOCAB - 1)
+        changed[:, t + 1 :] = changed[:, t + 1 :] % (VOCAB - 1) + 1
+    else:
+        changed[:, t + 1 :] += rng.standard_normal(changed[:, t + 1 :].shape).astype(np.float32)
+    before = expect_array(run(inputs), f"the output of {what}")
+    after = expect_array(run(changed), f"the output of {what} (later inputs changed)")
+    if before.shape != after.shape:
+        fail(f"the output of {what} changed shape when only the later inputs changed")
+    moved = np.abs(before[:, : t + 1] - after[:, : t + 1]).max()
+    if moved > 1e-5:
+        fail(
+            f"changing only the inputs after position {t} changed the output of {what} at "
+            f"positions 0..{t} (by up to {moved:.3g}): a position reads the future; the causal "
+            "mask must hide every key after the query"
+        )

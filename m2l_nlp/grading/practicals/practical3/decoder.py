@@ -1,0 +1,248 @@
+"""Graded checks of practical 3, the decoder: ``causal_mask``, ``decoder_block`` and
+``transformer_decoder``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from m2l_nlp.grading.checks.registry import exercise
+from m2l_nlp.grading.checks.tools import (
+    builder,
+    expect_array,
+    expect_close,
+    expect_dropout_only_in_training,
+    fail,
+    jitted,
+    normal,
+    perturb,
+    run_haiku,
+)
+from m2l_nlp.grading.practicals.practical3.common import (
+    FF,
+    PRACTICAL,
+    B,
+    D,
+    H,
+    S,
+    expect_no_future,
+    padded,
+)
+
+# --------------------------------------------------------------------------------------------
+# 1. causal_mask
+
+causal = exercise(
+    "causal_mask",
+    PRACTICAL,
+    points=5,
+    targets=("causal_mask",),
+    title="1 where query i may see key j (j <= i), 0 for the future",
+)
+
+
+def _mask_slip(got: np.ndarray) -> str:
+    """The typical slip behind a wrong causal mask, in words ('' if none is recognised)."""
+    n = got.shape[0]
+    if np.array_equal(got, np.triu(np.ones((n, n)))):
+        return (
+            "yours is the upper triangle: every query sees the future and not the past (jnp.tril)"
+        )
+    if np.array_equal(got, np.tril(np.ones((n, n)), -1)):
+        return (
+            "the diagonal is 0: a position cannot see itself, and the first position then "
+            "sees nothing at all (keep the diagonal)"
+        )
+    if np.array_equal(got, np.tril(np.ones((n, n)), 1)):
+        return "query i also sees key i + 1: the mask is off by one, one step into the future"
+    if np.array_equal(got, np.ones((n, n))):
+        return "every entry is 1: nothing is hidden, so every position sees the future"
+    return ""
+
+
+@causal.check(gate=True)
+def check_causal_mask_matches_reference(ctx):
+    """`causal_mask(S)` is the `(S, S)` lower triangle, diagonal included."""
+    for n in (1, S):
+        want = np.asarray(ctx.ref.causal_mask(n))
+        got = expect_array(
+            jitted(ctx.student.causal_mask, 0)(n), f"causal_mask({n})", shape=(n, n), axes="(S, S)"
+        )
+        if not np.array_equal(got != 0, want != 0):
+            slip = _mask_slip((got != 0).astype(np.float64))
+            i, j = (int(a[0]) for a in np.nonzero((got != 0) != (want != 0)))
+            fail(
+                f"causal_mask({n})[{i}, {j}] is {got[i, j]}, should be {want[i, j]} (query {i} "
+                f"{'may' if want[i, j] else 'may not'} see key {j}). {slip}".rstrip()
+            )
+
+
+@causal.check
+def check_causal_mask_values(ctx):
+    """The mask holds 0 and 1 only, and its first row lets the first position see itself."""
+    got = expect_array(jitted(ctx.student.causal_mask, 0)(S), "causal_mask(S)", shape=(S, S))
+    if not np.isin(got, (0, 1)).all():
+        fail(f"causal_mask should hold 0 and 1 only; yours holds {sorted(set(got.ravel()))[:5]}")
+    if got[0, 0] == 0:
+        fail("causal_mask(S)[0, 0] is 0: the first position would attend to nothing at all")
+
+
+# --------------------------------------------------------------------------------------------
+# 2. decoder_block
+
+block = exercise(
+    "decoder_block",
+    PRACTICAL,
+    points=15,
+    targets=("DecoderBlock",),
+    uses=("causal_mask", "MultiheadAttention", "PositionwiseFeedForward"),
+    title="masked self-attention (causal and padding), then feed-forward, post-LayerNorm",
+)
+
+
+@builder
+def _block(p: float, is_train: bool):
+    def build(ns):
+        return lambda x, mask: ns.DecoderBlock(D, H, FF, p, name="block")(x, mask, is_train)
+
+    return build
+
+
+def _weights_slip(weights: np.ndarray, mask: np.ndarray) -> str:
+    """What a block's attention weights `(B, h, S, S)` show: keys in the future or padding."""
+    n = weights.shape[-1]
+    future = np.triu(np.ones((n, n), bool), 1)
+    if weights.shape[-2:] != (n, n) or weights.ndim != 4:
+        return ""
+    if np.abs(weights[..., future]).max() > 1e-6:
+        return (
+            "Your attention weights give queries weight on later keys: apply the causal mask "
+            "(causal_mask) in the self-attention."
+        )
+    if np.abs(weights * (mask[:, None, None, :] == 0)).max() > 1e-6:
+        return (
+            "Your attention weights give padding keys weight: a key must be allowed by both "
+            "the causal mask and the padding mask (multiply them into one (B, S, S) mask)."
+        )
+    return ""
+
+
+@block.check(gate=True)
+def check_block_matches_reference(ctx):
+    """Evaluation output and weights match the reference, with padding (under jax.jit)."""
+    rng = ctx.rng()
+    x, mask = normal(rng, B, S, D), padded(rng)
+    build = _block(0.1, False)
+    params = perturb(run_haiku(build, ctx.ref, None, x, mask), ctx.rng("params"))
+    want = run_haiku(build, ctx.ref, params, x, mask)
+    got = run_haiku(build, ctx.student, params, x, mask)
+    if not isinstance(got, tuple) or len(got) != 2:
+        fail("DecoderBlock should return a tuple (output, attention weights)")
+    weights = expect_array(got[1], "the attention weights", shape=(B, H, S, S), axes="(B, h, S, S)")
+    hint = _weights_slip(weights, mask)
+    expect_close(weights, want[1], "the attention weights", hint=hint)
+    expect_close(
+        got[0],
+        want[0],
+        "the output of DecoderBlock",
+        hint="Residual around each sub-layer, then LayerNorm: norm_1 after attention, norm_2 "
+        "after the feed-forward.",
+    )
+
+
+@block.check
+def check_block_reads_no_future(ctx):
+    """Changing the inputs after position t leaves the output at positions 0..t unchanged."""
+    rng = ctx.rng()
+    x = normal(rng, B, S, D)
+    mask = np.ones((B, S), np.int32)
+    build = _block(0.1, False)
+    params = perturb(run_haiku(build, ctx.ref, None, x, mask), ctx.rng("params"))
+
+    def run(inputs):
+        out = run_haiku(build, ctx.student, params, inputs, mask)
+        return out[0] if isinstance(out, tuple) else out
+
+    expect_no_future(run, x, rng, "DecoderBlock")
+
+
+@block.check
+def check_block_dropout(ctx):
+    """Dropout on in training, off in evaluation (no random key needed), p=0 is a no-op."""
+    rng = ctx.rng()
+    x, mask = normal(rng, B, S, D), padded(rng)
+    expect_dropout_only_in_training(ctx, _block, x, mask, what="DecoderBlock")
+
+
+# --------------------------------------------------------------------------------------------
+# 3. transformer_decoder
+
+stack = exercise(
+    "transformer_decoder",
+    PRACTICAL,
+    points=10,
+    targets=("TransformerDecoder",),
+    uses=("DecoderBlock",),
+    title="decoder blocks one after the other; the attention maps of each",
+)
+
+
+@builder
+def _decoder(layers: int, maps: bool):
+    def build(ns):
+        def forward(x, mask):
+            module = ns.TransformerDecoder(layers, H, D, FF, 0.1, name="decoder")
+            return module.get_attention_maps(x, mask) if maps else module(x, mask, False)
+
+        return forward
+
+    return build
+
+
+@stack.check(gate=True)
+def check_decoder_matches_reference(ctx):
+    """A 3-block decoder's evaluation output matches the reference (under jax.jit)."""
+    rng = ctx.rng()
+    x, mask = normal(rng, B, S, D), padded(rng)
+    build = _decoder(3, False)
+    params = perturb(run_haiku(build, ctx.ref, None, x, mask), ctx.rng("params"))
+    want = run_haiku(build, ctx.ref, params, x, mask)
+    got = run_haiku(build, ctx.student, params, x, mask)
+    expect_close(
+        got,
+        want,
+        "the output of TransformerDecoder",
+        hint="Apply every block, in order, each to the previous block's output, with the mask.",
+    )
+
+
+@stack.check
+def check_decoder_attention_maps(ctx):
+    """`get_attention_maps` returns one `(B, h, S, S)` map per block, as the reference."""
+    rng = ctx.rng()
+    x, mask = normal(rng, B, S, D), padded(rng)
+    params = perturb(run_haiku(_decoder(3, False), ctx.ref, None, x, mask), ctx.rng("params"))
+    want = run_haiku(_decoder(3, True), ctx.ref, params, x, mask)
+    got = run_haiku(_decoder(3, True), ctx.student, params, x, mask)
+    if not isinstance(got, list | tuple) or len(got) != 3:
+        count = len(got) if isinstance(got, list | tuple) else "not a list"
+        fail(f"get_attention_maps of 3 blocks should return 3 maps; yours gave {count}")
+    for i, (g, w) in enumerate(zip(got, want, strict=True)):
+        expect_close(
+            g, w, f"the attention map of block {i}", hint="Each block reads the last one's output."
+        )
+
+
+@stack.check
+def check_decoder_reads_no_future(ctx):
+    """Through 3 blocks, the output at positions 0..t ignores the inputs after t."""
+    rng = ctx.rng()
+    x = normal(rng, B, S, D)
+    mask = np.ones((B, S), np.int32)
+    build = _decoder(3, False)
+    params = perturb(run_haiku(build, ctx.ref, None, x, mask), ctx.rng("params"))
+    expect_no_future(
+        lambda inputs: run_haiku(build, ctx.student, params, inputs, mask),
+        x,
+        rng,
+        "TransformerDecoder",
+    )

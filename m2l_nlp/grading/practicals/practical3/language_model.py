@@ -1,0 +1,310 @@
+"""Graded checks of practical 3, the character language model: ``language_model``,
+``next_token_loss`` and ``sample_next``."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from m2l_nlp.config import LanguageModelConfig
+from m2l_nlp.grading.checks.registry import exercise
+from m2l_nlp.grading.checks.tools import (
+    builder,
+    expect_array,
+    expect_close,
+    fail,
+    jitted,
+    normal,
+    perturb,
+    run_haiku,
+)
+from m2l_nlp.grading.practicals.practical3.common import (
+    FF,
+    PRACTICAL,
+    VOCAB,
+    D,
+    H,
+    S,
+    char_batch,
+    expect_no_future,
+)
+
+CONFIG = LanguageModelConfig(
+    vocab_size=VOCAB, num_layers=2, num_heads=H, d_model=D, d_ff=FF, p_dropout=0.1, max_len=16
+)
+
+# --------------------------------------------------------------------------------------------
+# 4. language_model
+
+lm = exercise(
+    "language_model",
+    PRACTICAL,
+    points=15,
+    targets=("CharLanguageModel",),
+    uses=("TransformerDecoder", "MaskedEmbedding", "PositionalEncoding"),
+    title="embed, add positions, decode, a logit per character of the vocabulary",
+)
+
+
+@builder
+def _lm():
+    def build(ns):
+        return lambda ids, mask: ns.CharLanguageModel(CONFIG, name="char_lm")(ids, mask, False)
+
+    return build
+
+
+@lm.check(gate=True)
+def check_language_model_matches_reference(ctx):
+    """Logits `(B, S, V)` match the reference on padded characters (under jax.jit)."""
+    rng = ctx.rng()
+    ids, mask = char_batch(rng)
+    params = perturb(run_haiku(_lm(), ctx.ref, None, ids, mask), ctx.rng("params"))
+    want = run_haiku(_lm(), ctx.ref, params, ids, mask)
+    got = run_haiku(_lm(), ctx.student, params, ids, mask)
+    expect_close(
+        got,
+        want,
+        "the logits of CharLanguageModel",
+        hint="Embedding (with the mask), positions, the decoder with the mask, then `head`: "
+        "a Linear(vocab_size) on every position.",
+    )
+
+
+@lm.check
+def check_language_model_reads_no_future(ctx):
+    """The logits at positions 0..t ignore the characters after t."""
+    rng = ctx.rng()
+    ids, _ = char_batch(rng)
+    mask = np.ones_like(ids)
+    ids = np.where(ids == 0, 1, ids)
+    params = perturb(run_haiku(_lm(), ctx.ref, None, ids, mask), ctx.rng("params"))
+    expect_no_future(
+        lambda x: run_haiku(_lm(), ctx.student, params, x, mask), ids, rng, "CharLanguageModel"
+    )
+
+
+@lm.check
+def check_language_model_ignores_padding(ctx):
+    """A text padded to 6 or to 9 characters gets the same logits at its real positions."""
+    rng = ctx.rng()
+    ids, mask = char_batch(rng)
+    params = perturb(run_haiku(_lm(), ctx.ref, None, ids, mask), ctx.rng("params"))
+    short = expect_array(run_haiku(_lm(), ctx.student, params, ids, mask), "the logits")
+    longer_ids = np.pad(ids, ((0, 0), (0, 3)))
+    longer_mask = np.pad(mask, ((0, 0), (0, 3)))
+    longer = expect_array(
+        run_haiku(_lm(), ctx.student, params, longer_ids, longer_mask), "the logits (padded)"
+    )
+    if longer.shape[:2] != longer_ids.shape:
+        fail(f"the logits should be (B, S, V); for ids {longer_ids.shape} yours are {longer.shape}")
+    real = mask.astype(bool)
+    expect_close(
+        longer[:, :S][real],
+        short[real],
+        "the logits at real characters with 3 more padding positions",
+        versus="the same text padded less",
+        hint="Padding must not change what the real characters read: pass the mask on.",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# 5. next_token_loss
+
+loss = exercise(
+    "next_token_loss",
+    PRACTICAL,
+    points=10,
+    targets=("next_token_loss",),
+    title="cross-entropy of each position's logits against the next character, real ones only",
+)
+
+
+def _variants(logits: np.ndarray, ids: np.ndarray, mask: np.ndarray) -> dict[str, float]:
+    """The typical slips' values, in NumPy (float64), to name the one a wrong loss made."""
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+
+    def nll(lp, targets, weights, per_row=False):
+        picked = np.take_along_axis(lp, targets[..., None], -1)[..., 0]
+        if per_row:
+            rows = (-(picked * weights).sum(1)) / np.maximum(weights.sum(1), 1)
+            return float(rows.mean())
+        return float(-(picked * weights).sum() / max(weights.sum(), 1))
+
+    return {
+        "the targets are not shifted: position i is scored against its own character, which "
+        "it can see (score the logits at i against the id at i + 1)": nll(
+            log_probs, ids, mask.astype(float)
+        ),
+        "padding is counted: a target whose mask is 0 is not a character (weigh each target "
+        "by the mask of its own position, mask[:, 1:])": nll(
+            log_probs[:, :-1], ids[:, 1:], np.ones_like(ids[:, 1:], float)
+        ),
+        "each row's mean is averaged over the rows: a long text and a short one then weigh "
+        "the same; average over all the targets that count": nll(
+            log_probs[:, :-1], ids[:, 1:], mask[:, 1:].astype(float), per_row=True
+        ),
+        "the targets are weighed by the mask of the position that predicts them (mask[:, :-1])"
+        ": use the mask of the target itself (mask[:, 1:])": nll(
+            log_probs[:, :-1], ids[:, 1:], mask[:, :-1].astype(float)
+        ),
+    }
+
+
+def _loss_batch(rng: np.random.Generator):
+    ids, mask = char_batch(rng, 3, S)
+    mask[1, 3:] = 0  # rows of different lengths: a per-row mean then differs
+    ids = ids * mask
+    return normal(rng, 3, S, VOCAB) * 2, ids, mask
+
+
+@loss.check(gate=True)
+def check_loss_matches_reference(ctx):
+    """The mean next-character loss matches the reference on padded rows (under jax.jit)."""
+    logits, ids, mask = _loss_batch(ctx.rng())
+    want = float(jitted(ctx.ref.next_token_loss)(logits, ids, mask))
+    got = expect_array(jitted(ctx.student.next_token_loss)(logits, ids, mask), "the loss", shape=())
+    if abs(float(got) - want) <= 1e-4 * max(1.0, abs(want)):
+        return
+    for slip, value in _variants(logits.astype(np.float64), ids, mask).items():
+        if abs(float(got) - value) <= 1e-4 * max(1.0, abs(value)):
+            fail(f"the loss is {float(got):.6g}, the reference's {want:.6g}: {slip}")
+    fail(
+        f"the loss is {float(got):.6g}, the reference's {want:.6g}: the mean cross-entropy of "
+        "logits[:, :-1] against ids[:, 1:], over the targets whose mask is 1"
+    )
+
+
+@loss.check
+def check_loss_of_no_target_is_zero(ctx):
+    """A batch with nothing to predict (one character per row) has loss 0, not NaN."""
+    rng = ctx.rng()
+    logits, ids, _ = _loss_batch(rng)
+    mask = np.zeros_like(ids)
+    mask[:, 0] = 1
+    got = expect_array(
+        jitted(ctx.student.next_token_loss)(logits, ids * mask, mask),
+        "the loss",
+        shape=(),
+        finite=False,
+    )
+    if not np.isfinite(got) or abs(float(got)) > 1e-6:
+        fail(
+            f"with one character per row there is no target, and the loss should be 0; yours "
+            f"is {float(got)} (divide by the number of targets, at least 1)"
+        )
+
+
+@loss.check
+def check_loss_of_a_sure_model_is_zero(ctx):
+    """Logits that put everything on the right next character give a loss close to 0."""
+    rng = ctx.rng()
+    _, ids, mask = _loss_batch(rng)
+    nxt = np.concatenate([ids[:, 1:], ids[:, :1]], axis=1)
+    logits = np.where(np.arange(VOCAB) == nxt[..., None], 30.0, -30.0).astype(np.float32)
+    got = float(
+        expect_array(jitted(ctx.student.next_token_loss)(logits, ids, mask), "the loss", shape=())
+    )
+    if got > 1e-3:
+        fail(
+            f"logits that are sure of every next character should give a loss near 0; yours "
+            f"give {got:.4g}: the logits at position i predict the character at i + 1"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# 6. sample_next
+
+sample = exercise(
+    "sample_next",
+    PRACTICAL,
+    points=10,
+    targets=("sample_next",),
+    title="one id per row from softmax(logits / temperature), among the top k",
+)
+
+ROWS = 6000  # draws per check: frequencies within about 0.02 of the probabilities
+
+
+def _draws(ctx, logits_row: np.ndarray, temperature: float, top_k, seed: int) -> np.ndarray:
+    logits = np.broadcast_to(logits_row, (ROWS, logits_row.size)).astype(np.float32)
+    got = expect_array(
+        jitted(ctx.student.sample_next, 2, 3)(logits, ctx.key(seed), temperature, top_k),
+        "the sampled ids",
+        shape=(ROWS,),
+        axes="(B,)",
+    )
+    if not np.issubdtype(got.dtype, np.integer):
+        fail(f"sample_next should return integer ids; yours have dtype {got.dtype}")
+    if got.min() < 0 or got.max() >= logits_row.size:
+        fail(f"sample_next returned ids outside 0..{logits_row.size - 1} (e.g. {got.max()})")
+    return np.bincount(got, minlength=logits_row.size) / ROWS
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    e = np.exp(x - x.max())
+    return e / e.sum()
+
+
+LOGITS = np.array([2.0, 1.0, 0.5, 0.0, -1.0], np.float32)
+
+
+@sample.check(gate=True)
+def check_sample_follows_the_temperature(ctx):
+    """At temperatures 0.5 and 2, the draws' frequencies are softmax(logits / T)."""
+    for i, temperature in enumerate((0.5, 2.0)):
+        freq = _draws(ctx, LOGITS, temperature, None, i)
+        want = _softmax(LOGITS / temperature)
+        plain = _softmax(LOGITS)
+        if np.abs(freq - want).max() <= 0.03:
+            continue
+        if np.abs(freq - plain).max() <= 0.03:
+            fail(
+                f"at temperature {temperature} your draws follow softmax(logits) (frequency of id "
+                f"0: {freq[0]:.3f}, should be about {want[0]:.3f}): the temperature has no "
+                "effect; divide the logits by it before the softmax (dividing the softmax's "
+                "output is undone when the probabilities are normalised)"
+            )
+        at = int(np.argmax(np.abs(freq - want)))
+        fail(
+            f"at temperature {temperature} id {at} was drawn with frequency {freq[at]:.3f}; "
+            f"softmax(logits / T) gives it {want[at]:.3f}"
+        )
+
+
+@sample.check
+def check_sample_keeps_the_top_k(ctx):
+    """With top_k=2 only the two largest logits are drawn, in their softmax's proportion."""
+    freq = _draws(ctx, LOGITS, 1.0, 2, 3)
+    outside = freq[2:].sum()
+    if outside > 0:
+        fail(
+            f"with top_k=2 ids outside the 2 largest logits were drawn ({outside:.1%} of the "
+            "draws): give every logit below the k-th largest -inf"
+        )
+    want = _softmax(LOGITS[:2])
+    if np.abs(freq[:2] - want).max() > 0.03 or freq[1] == 0:
+        fail(
+            f"with top_k=2 ids 0 and 1 should be drawn {want[0]:.3f} and {want[1]:.3f} of the "
+            f"time; yours: {freq[0]:.3f} and {freq[1]:.3f} (keep the k-th largest logit itself)"
+        )
+
+
+@sample.check
+def check_sample_rows_are_independent(ctx):
+    """Each row is drawn from its own logits: rows that favour different ids get them."""
+    rng = ctx.rng()
+    favourite = rng.integers(0, VOCAB, size=8)
+    logits = np.where(np.arange(VOCAB) == favourite[:, None], 50.0, 0.0).astype(np.float32)
+    got = expect_array(
+        jitted(ctx.student.sample_next, 2, 3)(logits, ctx.key(7), 1.0, None),
+        "the sampled ids",
+        shape=(8,),
+        axes="(B,)",
+    )
+    if not np.array_equal(got, favourite):
+        fail(
+            f"rows whose logits put everything on ids {favourite.tolist()} drew "
+            f"{np.asarray(got).tolist()}: sample along the last axis (the vocabulary), one id "
+            "per row"
+        )

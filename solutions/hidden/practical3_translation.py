@@ -1,0 +1,73 @@
+"""Hidden checks of practical 3: graded by the autograder only, never shipped to students
+(see the hidden checks of practical 2 for the rules they follow)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from m2l_nlp.grading.checks.registry import exercise
+from m2l_nlp.grading.checks.tools import (
+    expect_array,
+    expect_close,
+    fail,
+    jitted,
+    normal,
+    perturb,
+    run_haiku,
+)
+from m2l_nlp.grading.practicals.practical3.common import D
+from m2l_nlp.grading.practicals.practical3.decoder import _block
+
+PRACTICAL = "practical3_translation"
+
+longer = exercise(
+    "decoder_beyond_the_examples",
+    PRACTICAL,
+    points=10,
+    targets=("DecoderBlock", "next_token_loss", "sample_next"),
+    title="the decoder on longer texts, the loss on a larger vocabulary, top-1 sampling",
+    hidden=True,
+)
+
+
+@longer.check(gate=True, covers=("DecoderBlock",))
+def check_block_on_longer_texts(ctx):
+    """`DecoderBlock` on 40 positions with rows of 40, 17 and 1 characters matches the reference."""
+    rng = ctx.rng()
+    x = normal(rng, 3, 40, D)
+    mask = (np.arange(40)[None, :] < np.array([40, 17, 1])[:, None]).astype(np.int32)
+    build = _block(0.1, False)
+    params = perturb(run_haiku(build, ctx.ref, None, x, mask), ctx.rng("params"))
+    want = run_haiku(build, ctx.ref, params, x, mask)
+    got = run_haiku(build, ctx.student, params, x, mask)
+    if not isinstance(got, tuple) or len(got) != 2:
+        fail("DecoderBlock should return a tuple (output, attention weights)")
+    expect_close(got[1], want[1], "the attention weights (40 positions)")
+    expect_close(got[0], want[0], "the output (40 positions)")
+
+
+@longer.check(gate=True, covers=("next_token_loss",))
+def check_loss_on_a_larger_vocabulary(ctx):
+    """The loss on 90 characters and rows of 30, 9 and 2 characters matches the reference."""
+    rng = ctx.rng()
+    mask = (np.arange(30)[None, :] < np.array([30, 9, 2])[:, None]).astype(np.int32)
+    ids = rng.integers(1, 90, size=(3, 30)).astype(np.int32) * mask
+    logits = 3 * normal(rng, 3, 30, 90)
+    want = jitted(ctx.ref.next_token_loss)(logits, ids, mask)
+    got = expect_array(jitted(ctx.student.next_token_loss)(logits, ids, mask), "the loss", shape=())
+    expect_close(got, want, "the loss (90 characters, rows of 30, 9 and 2)")
+
+
+@longer.check(gate=True, covers=("sample_next",))
+def check_top_one_is_the_arg_max(ctx):
+    """With top_k=1 every row draws its largest logit, at any temperature."""
+    rng = ctx.rng()
+    logits = normal(rng, 64, 37)
+    for temperature in (0.3, 3.0):
+        got = jitted(ctx.student.sample_next, 2, 3)(logits, ctx.key(11), temperature, 1)
+        got = expect_array(got, "the sampled ids", shape=(64,))
+        if not np.array_equal(got, logits.argmax(-1)):
+            fail(
+                f"with top_k=1 (temperature {temperature}) a row drew another id than its "
+                "largest logit"
+            )

@@ -1,0 +1,315 @@
+# ---
+# jupyter:
+#   jupytext:
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # Practical 3, part 1: the transformer decoder and a character language model
+#
+# Practical 2 built the encoder: every token looks at every other token and the result
+# summarises a review. A decoder reads text the way it is written, left to right: every
+# position may only look at itself and the positions before it. Trained to predict the next
+# character at every position at once, such a model can then write text, one character at a
+# time, each one drawn from what it predicts after the text so far.
+#
+# The pieces, in the order you write them:
+#
+# 1. `causal_mask`: which positions a position may attend to.
+# 2. `DecoderBlock`: masked self-attention and the feed-forward network, each wrapped in a
+#    residual connection and a layer norm, as in practical 2's `EncoderBlock`.
+# 3. `TransformerDecoder`: a stack of decoder blocks.
+# 4. `CharLanguageModel`: characters to vectors, positions, the decoder, and a score (logit)
+#    for every character of the vocabulary at every position.
+# 5. `next_token_loss`: how wrong the predictions of the next character are, over the
+#    characters that count.
+# 6. `sample_next`: drawing the next character, with a temperature and top-k.
+#
+# It builds on your practical 2: `MaskedEmbedding`, `MultiheadAttention`,
+# `PositionwiseFeedForward` and `PositionalEncoding` are imported from it. Shapes are written
+# as `B` batch, `S` sequence length, `D` model width, `h` heads, `V` vocabulary size.
+# Every exercise has a graded check: run `pytest -m <exercise>` locally, or the check cell
+# below it in Colab.
+
+# %%
+from __future__ import annotations
+
+import haiku as hk
+import jax
+import jax.numpy as jnp
+
+from m2l_nlp.config import LanguageModelConfig
+
+from .practical2_transformers import (
+    MaskedEmbedding,
+    MultiheadAttention,
+    PositionalEncoding,
+    PositionwiseFeedForward,
+)
+
+# %% active="ipynb"
+# from m2l_nlp import plotting
+# from m2l_nlp.grading import check
+
+
+# %% [markdown]
+# ## 1. The causal mask
+#
+# While training, the model sees a whole window of text at once and predicts, at every
+# position `i`, the character at `i + 1`. If position `i` could attend to position `i + 1`,
+# it would simply copy the answer: the loss would fall to almost zero in training and the
+# model would be useless for writing, where the future does not exist yet.
+#
+# `causal_mask(S)` is the `(S, S)` array whose entry `[i, j]` is 1 where query `i` may
+# attend to key `j` (`j <= i`: itself and the past) and 0 elsewhere (the future). Its
+# lower triangle, diagonal included. Hint: `jnp.tril`.
+
+# %%
+def causal_mask(seq_len: int) -> jax.Array:
+    """`(S, S)` int32: 1 where query `i` may see key `j` (`j <= i`), 0 for the future."""
+    # BEGIN SOLUTION
+    return jnp.tril(jnp.ones((seq_len, seq_len), jnp.int32))
+    # END SOLUTION
+
+
+# %% active="ipynb"
+# check("causal_mask", causal_mask)
+
+
+# %% [markdown]
+# ## 2. The decoder block
+#
+# The same two sub-layers as the encoder block, wrapped the same way
+# (`x = LayerNorm(x + Dropout(SubLayer(x)))`), with one difference: the self-attention is
+# masked twice. A query may not see the future (the causal mask) nor padding (the padding
+# mask, `(B, S)`, 1 for a real character). Combine them into one `(B, S, S)` mask: a key is
+# visible when both allow it. `MultiheadAttention` takes such a mask as it is.
+#
+# Return the block's output and its attention weights `(B, h, S, S)`: the decoder draws its
+# attention maps from them. Hand `is_train` on to the feed-forward sub-layer.
+
+# %%
+class DecoderBlock(hk.Module):
+    """Masked self-attention and feed-forward sub-layers with residuals and post-LayerNorm."""
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        p_dropout: float,
+        name: str | None = None,
+    ):
+        super().__init__(name=name)
+        self.p_dropout = p_dropout
+        self.attention = MultiheadAttention(d_model, num_heads, name="attention")
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, p_dropout, name="feed_forward")
+        self.norm_1 = hk.LayerNorm(axis=-1, create_scale=True, create_offset=True, name="norm_1")
+        self.norm_2 = hk.LayerNorm(axis=-1, create_scale=True, create_offset=True, name="norm_2")
+
+    def __call__(
+        self, x: jax.Array, mask: jax.Array, is_train: bool = True
+    ) -> tuple[jax.Array, jax.Array]:
+        """`x (B, S, D)`, padding `mask (B, S)` -> `(B, S, D)` and weights `(B, h, S, S)`."""
+
+        # BEGIN SOLUTION
+        def dropout(y: jax.Array) -> jax.Array:
+            if is_train and self.p_dropout > 0:
+                return hk.dropout(hk.next_rng_key(), self.p_dropout, y)
+            return y
+
+        visible = causal_mask(x.shape[-2])[None, :, :] * jnp.asarray(mask)[:, None, :]
+        attended, weights = self.attention(x, x, x, visible)
+        x = self.norm_1(x + dropout(attended))
+        x = self.norm_2(x + dropout(self.feed_forward(x, is_train)))
+        return x, weights
+        # END SOLUTION
+
+
+# %% active="ipynb"
+# check("decoder_block", causal_mask, DecoderBlock)
+
+
+# %% [markdown]
+# ## 3. The decoder: a stack of blocks
+#
+# Name the blocks `block_0`, `block_1`, ... (the names of their parameters) and apply them
+# one after the other, each with the same padding mask. `get_attention_maps` runs the
+# same stack and returns the attention weights of every block, in order.
+
+# %%
+class TransformerDecoder(hk.Module):
+    """A stack of `num_layers` decoder blocks."""
+
+    def __init__(
+        self,
+        num_layers: int,
+        num_heads: int,
+        d_model: int,
+        d_ff: int,
+        p_dropout: float,
+        name: str | None = None,
+    ):
+        super().__init__(name=name)
+        self.blocks = [
+            DecoderBlock(d_model, num_heads, d_ff, p_dropout, name=f"block_{i}")
+            for i in range(num_layers)
+        ]
+
+    def __call__(self, x: jax.Array, mask: jax.Array, is_train: bool = True) -> jax.Array:
+        """`x (B, S, D)`, padding `mask (B, S)` -> `(B, S, D)`."""
+        # BEGIN SOLUTION
+        for block in self.blocks:
+            x, _ = block(x, mask, is_train)
+        return x
+        # END SOLUTION
+
+    def get_attention_maps(
+        self, x: jax.Array, mask: jax.Array, is_train: bool = False
+    ) -> list[jax.Array]:
+        """The attention weights of every block, in order: a list of `(B, h, S, S)`."""
+        # BEGIN SOLUTION
+        maps = []
+        for block in self.blocks:
+            x, weights = block(x, mask, is_train)
+            maps.append(weights)
+        return maps
+        # END SOLUTION
+
+
+# %% active="ipynb"
+# check("transformer_decoder", TransformerDecoder)
+
+
+# %% [markdown]
+# ## 4. The character language model
+#
+# Characters in, scores out: embed the character ids (zero at padding, as in practical 2),
+# add the positions, run the decoder with the padding mask, then map every position's
+# vector to one logit per character of the vocabulary with a `Linear(vocab_size)` layer
+# named `head`. The logits at position `i` score the character at `i + 1`.
+
+# %%
+class CharLanguageModel(hk.Module):
+    """Embedding, positional encoding, decoder, and logits over the vocabulary."""
+
+    def __init__(self, config: LanguageModelConfig, name: str | None = None):
+        super().__init__(name=name)
+        self.config = config
+        self.embedding = MaskedEmbedding(config.vocab_size, config.d_model, name="embedding")
+        self.positional = PositionalEncoding(
+            config.d_model, config.max_len, config.p_dropout, name="positional"
+        )
+        self.decoder = TransformerDecoder(
+            config.num_layers,
+            config.num_heads,
+            config.d_model,
+            config.d_ff,
+            config.p_dropout,
+            name="decoder",
+        )
+        self.head = hk.Linear(config.vocab_size, name="head")
+
+    def __call__(self, input_ids: jax.Array, mask: jax.Array, is_train: bool = True) -> jax.Array:
+        """Logits `(B, S, V)` for character ids `(B, S)` and padding mask `(B, S)`."""
+        # BEGIN SOLUTION
+        x = self.embedding(input_ids, mask)
+        x = self.positional(x, is_train)
+        x = self.decoder(x, mask, is_train)
+        return self.head(x)
+        # END SOLUTION
+
+    def get_attention_maps(self, input_ids: jax.Array, mask: jax.Array) -> list[jax.Array]:
+        """Attention weights of every decoder block (evaluation mode): list of `(B, h, S, S)`."""
+        x = self.positional(self.embedding(input_ids, mask), is_train=False)
+        return self.decoder.get_attention_maps(x, mask, is_train=False)
+
+
+def language_model_forward(
+    input_ids: jax.Array,
+    mask: jax.Array,
+    is_train: bool = True,
+    config: LanguageModelConfig | None = None,
+) -> jax.Array:
+    """Stateful forward for `funcs_from_stateful`: logits `(B, S, V)` of a `CharLanguageModel`."""
+    return CharLanguageModel(config or LanguageModelConfig(), name="char_lm")(
+        input_ids, mask, is_train
+    )
+
+
+# %% active="ipynb"
+# check("language_model", CharLanguageModel)
+
+
+# %% [markdown]
+# ## 5. The next-character loss
+#
+# The logits at position `i` predict the character at position `i + 1`. So the targets are
+# the ids shifted by one: the logits of positions `0 .. S-2` are scored against the ids of
+# positions `1 .. S-1`; the last position has nothing to predict inside the window, and the
+# first character is never a target (nothing comes before it).
+#
+# Only real characters are targets: a target at a padding position (its `mask` is 0) does
+# not count. Return the mean cross-entropy over the targets that count (a batch with none
+# gives 0, not NaN). In bits rather than nats (divided by `ln 2`), this is the *bits per
+# character* that the training reports. Hint:
+# `optax.softmax_cross_entropy_with_integer_labels`, or `jax.nn.log_softmax` and
+# `jnp.take_along_axis`.
+
+# %%
+def next_token_loss(logits: jax.Array, input_ids: jax.Array, mask: jax.Array) -> jax.Array:
+    """Mean cross-entropy (nats) of `logits (B, S, V)` predicting `input_ids (B, S)` one
+    position ahead, over the targets where `mask (B, S)` is 1; a scalar."""
+    # BEGIN SOLUTION
+    log_probs = jax.nn.log_softmax(logits[:, :-1], axis=-1)
+    targets = input_ids[:, 1:]
+    picked = jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
+    counts = jnp.asarray(mask[:, 1:], logits.dtype)
+    return -(picked * counts).sum() / jnp.maximum(counts.sum(), 1.0)
+    # END SOLUTION
+
+
+# %% active="ipynb"
+# check("next_token_loss", next_token_loss)
+
+
+# %% [markdown]
+# ## 6. Sampling the next character
+#
+# To write, the model reads the text so far and gives logits for the next character; we
+# draw one character from the softmax of those logits, append it and go on. Two knobs:
+#
+# - the **temperature** `T` divides the logits before the softmax: `T < 1` sharpens the
+#   distribution (safer, more repetitive text), `T > 1` flattens it (more surprising, more
+#   mistakes). It acts on the logits: a softmax's output divided by `T` is normalised back
+#   to the same distribution, and nothing would change.
+# - **top-k** keeps only the `k` most likely characters (the others get probability 0)
+#   before drawing; `top_k=None` keeps them all.
+#
+# Draw with `jax.random.categorical(key, logits)`, which samples from the softmax of its
+# logits along the last axis; a logit of `-jnp.inf` is never drawn. Hint:
+# `jax.lax.top_k(logits, k)[0][..., -1:]` is the `k`-th largest logit of each row.
+
+# %%
+def sample_next(
+    logits: jax.Array, key: jax.Array, temperature: float = 1.0, top_k: int | None = None
+) -> jax.Array:
+    """One id per row `(B,)` drawn from `softmax(logits / temperature)` `(B, V)`, among the
+    `top_k` largest logits of the row only (all of them if `top_k` is None)."""
+    # BEGIN SOLUTION
+    scaled = logits / temperature
+    if top_k is not None:
+        kth = jax.lax.top_k(scaled, top_k)[0][..., -1:]
+        scaled = jnp.where(scaled < kth, -jnp.inf, scaled)
+    return jax.random.categorical(key, scaled, axis=-1)
+    # END SOLUTION
+
+
+# %% active="ipynb"
+# check("sample_next", sample_next)
