@@ -12,7 +12,7 @@ __version__ = "0.1.0"
 # What notebooks (saved ones included) and the setup cell import: kept stable, tested by
 # tests/test_package.py. Anything else is internal and may move.
 PUBLIC_API = {
-    "m2l_nlp.grading": ("check",),
+    "m2l_nlp.grading": ("check", "use_practical"),
     "m2l_nlp.devices": ("configure_environment",),
     "m2l_nlp.config": ("PRESETS", "ClassifierConfig", "LanguageModelConfig", "ReverseConfig"),
     "m2l_nlp.data.pipeline": ("compilation_cache_dir", "prepare_for"),

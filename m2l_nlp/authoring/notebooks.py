@@ -147,6 +147,26 @@ def targets(root: Path) -> list[Target]:
     return out
 
 
+EARLIER_IMPORT = re.compile(r"^from \.(practical\d+_\w+) import", re.M)
+EARLIER_MARKDOWN = """\
+This practical builds on your {names}. In Colab, upload your notebook of it (as *File >
+Download > Download .ipynb* saves it, under its own name) to the files pane on the left, or
+mount Drive where Colab keeps it; on your own machine your `exercises/` file is used. The
+next cell says which one it found."""
+
+
+def _earlier_cells(names: list[str]) -> list[nbformat.NotebookNode]:
+    """The cells that make the earlier practicals ``names`` importable in a notebook."""
+    calls = "\n".join(f'use_practical("{name}")' for name in names)
+    shown = ", ".join(f"`{name}`" for name in names)
+    return [
+        nbformat.v4.new_markdown_cell(EARLIER_MARKDOWN.format(names=shown)),
+        nbformat.v4.new_code_cell(
+            f"from m2l_nlp.grading import use_practical\n\n{calls}", metadata={"active": "ipynb"}
+        ),
+    ]
+
+
 def _cell_metadata(cell: nbformat.NotebookNode) -> dict:
     return {k: cell.metadata[k] for k in KEPT_CELL_METADATA if k in cell.metadata}
 
@@ -168,6 +188,10 @@ def build_notebook(
     text = jupytext.read(source, fmt="py:percent")
     cells = []
     for cell in text.cells:
+        earlier = EARLIER_IMPORT.findall(cell.source) if cell.cell_type == "code" else []
+        if earlier:  # a notebook is no package: the earlier practical comes by name
+            cells += _earlier_cells(earlier)
+            cell.source = EARLIER_IMPORT.sub(r"from \1 import", cell.source)
         if cell.cell_type == "code":
             new = nbformat.v4.new_code_cell(cell.source, metadata=_cell_metadata(cell))
         elif cell.cell_type == "markdown":

@@ -64,7 +64,8 @@ MUTANTS = {
             [
                 (
                     "        x = self.decoder(x, mask, is_train)\n        return self.head(x)",
-                    "        x = self.decoder(x, jnp.ones_like(mask), is_train)\n        return self.head(x)",
+                    "        x = self.decoder(x, jnp.ones_like(mask), is_train)\n"
+                    "        return self.head(x)",
                 )
             ],
         ),

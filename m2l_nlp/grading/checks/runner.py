@@ -112,11 +112,16 @@ def import_error_message(err: BaseException, path: str) -> str:
     where = f"{frame.filename}, line {frame.lineno}" if frame else path
     line = f"\n    {frame.line}" if frame and frame.line else ""
     kind = type(err).__name__
-    advice = (
-        "an import in your file names something that does not exist"
-        if isinstance(err, ImportError)
-        else "the file raised an error while being imported (code at module level runs then)"
-    )
+    earlier = re.fullmatch(r"(?:.*\.)?(practical\d+_\w+)", getattr(err, "name", None) or "")
+    if isinstance(err, ModuleNotFoundError) and earlier:
+        advice = (
+            f"this practical builds on your {earlier[1]}: keep {earlier[1]}.py (or its "
+            "notebook) beside this file, and submit both"
+        )
+    elif isinstance(err, ImportError):
+        advice = "an import in your file names something that does not exist"
+    else:
+        advice = "the file raised an error while being imported (code at module level runs then)"
     return f"{where}: {kind}: {err}{line}\n{advice}; fix it, then run pytest again."
 
 

@@ -17,9 +17,12 @@ import inspect
 import os
 import sys
 import traceback
+import types
 from typing import Any
 
 from m2l_nlp.grading.checks import wire
+
+PACKAGE = "m2l_submission"  # the graded file's package: its folder, practicals side by side
 
 
 def describe(err: BaseException) -> dict[str, Any]:
@@ -52,13 +55,18 @@ class Server:
         from m2l_nlp.grading.checks.runner import import_error_message
 
         # Started isolated (no current folder on the path): a practical that imports another
-        # (practical 3 imports practical 2) finds it beside itself, once the limits are set.
+        # (practical 3 imports practical 2) finds it beside itself, once the limits are set,
+        # by name (a notebook's `from practical2_transformers import`) or as a module of the
+        # same package (the handout file's `from .practical2_transformers import`).
         folder = os.path.dirname(os.path.abspath(path))
         if folder not in sys.path:
             sys.path.insert(0, folder)
-        spec = importlib.util.spec_from_file_location(name, path)
+        package = types.ModuleType(PACKAGE)
+        package.__path__ = [folder]
+        sys.modules[PACKAGE] = package
+        spec = importlib.util.spec_from_file_location(f"{PACKAGE}.{name}", path)
         module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
+        sys.modules[spec.name] = module
         try:
             spec.loader.exec_module(module)
         except BaseException as err:  # noqa: BLE001 - reported in words
