@@ -24,6 +24,7 @@ from m2l_nlp.runs.predict_input import MAX_MB
 
 DEFAULT_PRESET = "default"
 DEFAULT_CHECKPOINT = Path("runs") / DEFAULT_PRESET / "checkpoint"
+DEFAULT_LM_CHECKPOINT = Path("runs") / "char-lm" / "checkpoint"
 DESCRIPTION = (
     "m2l-nlp: train the course's sentiment classifiers on IMDB, score your own reviews with "
     "a trained model, and grade the exercises."
@@ -171,10 +172,57 @@ def _parser() -> argparse.ArgumentParser:
         "handout)",
     )
 
+    generate = sub.add_parser(
+        "generate",
+        help="continue a text with a trained character language model (practical 3)",
+        description="Print a continuation of PROMPT, one character at a time (key/value cache).",
+    )
+    generate.add_argument("prompt", nargs="?", default="The film", help="the text to continue")
+    generate.add_argument(
+        "--checkpoint",
+        default=None,
+        help=f"a checkpoint folder written by `m2l-nlp train --preset char-lm` (default: "
+        f"{DEFAULT_LM_CHECKPOINT})",
+    )
+    generate.add_argument(
+        "--max-chars",
+        type=_whole_number(1),
+        default=None,
+        help="new characters (default: as many as the model's window holds after the prompt)",
+    )
+    generate.add_argument(
+        "--temperature",
+        type=_positive_number,
+        default=0.8,
+        help="below 1: safer, more repetitive text; above 1: more surprising (default: 0.8)",
+    )
+    generate.add_argument(
+        "--top-k", type=_whole_number(1), default=None, help="draw among the K likeliest only"
+    )
+    generate.add_argument("--seed", type=_whole_number(0), default=0, help="the random draws")
+    generate.add_argument(
+        "--impl",
+        choices=IMPLS,
+        default=default_impl(),
+        help="whose model code reads the checkpoint (default: solutions, or exercises in a "
+        "handout)",
+    )
+
     sub.add_parser(
         "grade", help="grade the exercises (`m2l-nlp grade --help` for its options)", add_help=False
     )
     return parser
+
+
+def _positive_number(text: str) -> float:
+    """An argparse type: a number above 0."""
+    value = float(text)  # a ValueError: argparse says "invalid positive-number value: 'x'"
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"must be a number above 0, not {text}")
+    return value
+
+
+_positive_number.__name__ = "positive-number"
 
 
 def _whole_number(lowest: int) -> Callable[[str], int]:
@@ -254,12 +302,18 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _print_result(run: Any, out: Path, elapsed: float) -> None:
     history = run.history
-    if "val_acc" in history:
+    language_model = not hasattr(run, "test")  # its test line came with the log
+    if language_model:
+        summary = ", ".join(f"{b:.3f}" for b in history.get("val_loss", []))
+        print(f"validation bits per character per epoch: {summary or '-'}")
+    elif "val_acc" in history:
         summary = ", ".join(f"{100 * a:.2f}" for a in history["val_acc"])
         print(
             f"validation accuracy per epoch (%): {summary}; kept epoch {run.metrics['best_epoch']}"
         )
-    if run.test is None:
+    if language_model:
+        print(f"total time: {elapsed:.0f}s")
+    elif run.test is None:
         print(f"total time: {elapsed:.0f}s (test set not evaluated: --no-test)")
     else:
         test, c = run.test, run.test.confusion
@@ -295,6 +349,40 @@ def cmd_predict(args: argparse.Namespace) -> int:
     for text, p in zip(texts, probs, strict=True):
         label = "positive" if p >= 0.5 else "negative"
         print(f"{label:8s}  p(positive)={p:.3f}  {_excerpt(text)!r}")
+    return 0
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from m2l_nlp.model.generation import WindowError
+    from m2l_nlp.model.language_models import language_model
+    from m2l_nlp.runs.language_model import Writer, load_checkpoint
+
+    path = Path(args.checkpoint) if args.checkpoint else DEFAULT_LM_CHECKPOINT
+    checkpoint = load_checkpoint(path)  # CheckpointError: reported by main
+    funcs, practical = language_model(checkpoint.config, args.impl)
+    writer = Writer(funcs, practical, checkpoint.config, checkpoint.vocab)
+    if args.top_k is not None and args.top_k > checkpoint.vocab.size:
+        print(
+            f"error: --top-k is at most {checkpoint.vocab.size} (the characters)", file=sys.stderr
+        )
+        return 2
+    room = checkpoint.config.max_len - len(args.prompt)
+    try:
+        text = writer.write(
+            checkpoint.params,
+            args.prompt,
+            args.max_chars or max(room, 1),
+            temperature=args.temperature,
+            top_k=args.top_k,
+            seed=args.seed,
+        )
+    except (WindowError, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    bits = checkpoint.meta.get("test_bits_per_char")
+    trained = f"{bits:.3f} bits per character on test reviews" if bits is not None else "?"
+    print(f"checkpoint: {path} ({trained})", file=sys.stderr)
+    print(args.prompt + text)
     return 0
 
 
@@ -342,6 +430,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "train":
             return cmd_train(args)
+        if args.command == "generate":
+            return cmd_generate(args)
         return cmd_predict(args)
     except (DataError, CheckpointError, RunFolderError, InputError, ModelOutputError) as error:
         print(f"error: {error}", file=sys.stderr)

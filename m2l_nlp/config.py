@@ -185,6 +185,7 @@ class TrainSettings:
 
 TRANSFORMER = "transformer"
 BASELINES = ("bow-mlp", "bigram-mlp", "lstm")  # practical 1's models
+LANGUAGE_MODEL = "char-lm"  # practical 3's decoder, on characters
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,12 +245,12 @@ class Preset:
     """A full recipe: data encoding, model and its sizes, training settings, validation size."""
 
     description: str
-    vocab_size: int
-    seq_len: int  # tokens kept per review (evaluation reads up to this many)
-    model: dict[str, Any]  # ClassifierConfig (transformer) or BaselineConfig fields
+    vocab_size: int  # tokens (for char-lm: at most this many characters, padding included)
+    seq_len: int  # tokens kept per review (for char-lm: the window, in characters)
+    model: dict[str, Any]  # ClassifierConfig, BaselineConfig or LanguageModelConfig fields
     train: dict[str, Any]  # TrainSettings fields
     val_size: int  # held out from the training split for per-epoch validation
-    architecture: str = TRANSFORMER  # or one of BASELINES
+    architecture: str = TRANSFORMER  # or one of BASELINES, or LANGUAGE_MODEL
     embed_scale: float = 1.0  # initial token embeddings times this (transformer)
     bigram_tokens: int = 0  # > 0: that many frequent token pairs as extra tokens (bigrams.py)
     # True: the model reads each pair token as its own residual row plus its first token's
@@ -261,10 +262,10 @@ class Preset:
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        if self.architecture not in (TRANSFORMER, *BASELINES):
+        if self.architecture not in (TRANSFORMER, LANGUAGE_MODEL, *BASELINES):
             raise ValueError(
-                f"architecture must be {TRANSFORMER} or one of {', '.join(BASELINES)}, "
-                f"not {self.architecture!r}"
+                f"architecture must be {TRANSFORMER}, {LANGUAGE_MODEL} or one of "
+                f"{', '.join(BASELINES)}, not {self.architecture!r}"
             )
         limits = {"vocab_size": MIN_VOCAB_SIZE, "seq_len": 1, "bigram_tokens": 0, "val_size": 0}
         for name, least in limits.items():
@@ -281,11 +282,15 @@ class Preset:
         """The training settings of this recipe (``changes`` win, e.g. ``seed=1``)."""
         return TrainSettings(**{**self.train, **changes})
 
-    def model_config(self, vocab_size: int | None = None) -> ClassifierConfig | BaselineConfig:
+    def model_config(
+        self, vocab_size: int | None = None
+    ) -> ClassifierConfig | BaselineConfig | LanguageModelConfig:
         """The model's config, for the data's vocabulary (pair tokens included)."""
         vocab = self.vocab_size if vocab_size is None else vocab_size
         if self.architecture == TRANSFORMER:
             return ClassifierConfig(vocab_size=vocab, max_len=self.seq_len, **self.model)
+        if self.architecture == LANGUAGE_MODEL:
+            return LanguageModelConfig(vocab_size=vocab, max_len=self.seq_len, **self.model)
         return BaselineConfig(model=self.architecture, **self.model)
 
     def check(self) -> None:
@@ -400,6 +405,25 @@ PRESETS["unigram"] = dataclasses.replace(
     bigram_tokens=0,
     bigram_backoff=False,
     final_fit=False,  # its results row held out the validation reviews
+)
+
+PRESETS["char-lm"] = Preset(
+    "practical 3: a character language model of IMDB reviews (the 158 most frequent "
+    "characters), 4 decoder blocks, d_model 128, windows of 128 characters, 2 epochs",
+    vocab_size=160,
+    seq_len=128,
+    model=dict(num_layers=4, num_heads=4, d_model=128, d_ff=512, p_dropout=0.1),
+    train=dict(
+        epochs=2,
+        batch_size=64,
+        learning_rate=2e-3,
+        weight_decay=0.01,
+        crop_len=128,
+        warmup_fraction=0.02,
+        keep_best=False,
+    ),
+    val_size=500,  # reviews held out of the training split, read every epoch
+    architecture=LANGUAGE_MODEL,
 )
 
 SMALL_DATA_PRESET = "demo"  # what `--data small` trains when no preset is named

@@ -8,7 +8,15 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from m2l_nlp.config import TRANSFORMER, BaselineConfig, ClassifierConfig, Preset, TrainSettings
+from m2l_nlp.config import (
+    LANGUAGE_MODEL,
+    TRANSFORMER,
+    BaselineConfig,
+    ClassifierConfig,
+    LanguageModelConfig,
+    Preset,
+    TrainSettings,
+)
 
 
 def _parse_value(text: str) -> Any:
@@ -30,7 +38,9 @@ def override(settings: Any, assignments: Sequence[str]) -> Any:
     """
     groups: dict[str, set[str]] = {}
     if isinstance(settings, Preset):
-        model_cls = ClassifierConfig if settings.architecture == TRANSFORMER else BaselineConfig
+        model_cls = {TRANSFORMER: ClassifierConfig, LANGUAGE_MODEL: LanguageModelConfig}.get(
+            settings.architecture, BaselineConfig
+        )
         groups = {
             "model": {f.name for f in dataclasses.fields(model_cls)}
             - {"vocab_size", "max_len", "model"},

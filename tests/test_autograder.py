@@ -35,9 +35,10 @@ from m2l_nlp.grading.trusted.bundle import autograder
 from m2l_nlp.impl import load_practical
 
 ROOT = Path(__file__).resolve().parent.parent
-P1, P2 = "practical1_baselines", "practical2_transformers"
-FULL = 180  # 170 in the students' copy, and 10 of the hidden checks (solutions/hidden/)
+P1, P2, P3 = "practical1_baselines", "practical2_transformers", "practical3_translation"
+FULL = 180  # of practicals 1 and 2: 170 in the students' copy, 10 of the hidden checks
 P1_POINTS, P2_POINTS = 70, 110
+P3_POINTS = 75  # practical 3: 65, and 10 of its hidden checks (only the honest submission has it)
 ROOT_ONLY = os.geteuid() == 0  # file modes, links to root-only files and users need root
 CASES = "cases-7e4a"  # the batch's folder: no student's process may learn its name
 LIMITS = ("RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CORE")
@@ -217,10 +218,11 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
         return made[name]
 
     honest = base / "honest"
-    _solved(honest, P1, P2)
+    _solved(honest, P1, P2, P3)  # practical 3 imports practical 2 beside it
+    without_p3 = shutil.ignore_patterns(f"{P3}.py")  # the copies grade practicals 1 and 2
 
     partial = new("partial_in_exercises_folder") / "exercises"  # the repository's layout
-    shutil.copytree(honest, partial)
+    shutil.copytree(honest, partial, ignore=without_p3)
     path = partial / f"{P1}.py"
     path.write_text(  # counts; and a line a later submission of the batch must not read
         "# VICTIM-MARKER-5d2c\n" + path.read_text().replace(".max(present)", ".add(present)")
@@ -240,11 +242,11 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
     shutil.copy2(ROOT / "notebooks" / f"{P2}_solved.ipynb", copies / f"Copy of {P2}.ipynb")
 
     syntax = new("syntax_error")
-    shutil.copytree(honest, syntax)
+    shutil.copytree(honest, syntax, ignore=without_p3)
     _with(syntax, P2, "def broken(:\n    pass\n")
 
     hang = new("hang")
-    shutil.copytree(honest, hang)
+    shutil.copytree(honest, hang, ignore=without_p3)
     _replace(
         hang,
         P1,
@@ -714,9 +716,9 @@ def test_the_honest_submission_earns_every_point_through_run_autograder(graded):
     results, honest = graded.results, graded.honest
     assert honest.returncode == 0, honest.stdout[-3000:] + honest.stderr[-3000:]
     data = results["honest"]
-    assert data["score"] == FULL
+    assert data["score"] == FULL + P3_POINTS and _points(data, P3) == P3_POINTS
     assert [t["score"] for t in data["tests"]] == [t["max_score"] for t in data["tests"]]
-    assert "180 / 180" in honest.stdout  # the log says what the file says
+    assert f"{FULL + P3_POINTS} / {FULL + P3_POINTS}" in honest.stdout  # as the file says
     lock = _lock_of(_python_for_everyone())
     assert f"jax=={lock['jax']} dm-haiku=={lock['dm-haiku']}" in honest.stdout  # as tested
     hidden = _tests(data)["attention_beyond_the_examples (hidden)"]
@@ -919,7 +921,7 @@ def test_import_errors_that_cannot_be_printed_or_forge_the_log_are_escaped(grade
     assert "\\u001b[2K" in log
     forged = ("total", "all exercises passed")  # as lines of the grader's own table
     lines = [line for line in log.splitlines() if line.startswith(forged)]
-    assert len(lines) == 1 and "70 / 180" in lines[0], log  # the real total only
+    assert len(lines) == 1 and f"70 / {FULL + P3_POINTS}" in lines[0], log  # the real total
 
 
 def test_replies_that_would_grow_in_the_grader_fail_and_its_memory_stays_bounded(graded):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import time
@@ -22,7 +23,7 @@ import jax
 import numpy as np
 
 from m2l_nlp import devices
-from m2l_nlp.config import Preset
+from m2l_nlp.config import LANGUAGE_MODEL, Preset
 from m2l_nlp.data.splits import split_validation
 from m2l_nlp.runs import folders as runs
 from m2l_nlp.train.evaluation import evaluate
@@ -123,7 +124,7 @@ def run_training(request: TrainRequest, say: Callable[[str], None] = print) -> R
     except TypeError as error:  # a setting of the wrong type: the request's, said the same way
         raise ValueError(str(error)) from None
     resolve_val_size(preset, request.val_size, request.no_test, n_train=2**62)
-    if request.impl == "exercises":  # an exercise left to do is named before anything else
+    if request.impl == "exercises" and preset.architecture != LANGUAGE_MODEL:  # named first
         check_model_builds(preset, request.impl)
     if request.data != "small":  # a wrong path is named before anything is created
         check_source(request.data)
@@ -139,24 +140,38 @@ def run_training(request: TrainRequest, say: Callable[[str], None] = print) -> R
         say(f"preset {request.name}: {preset.description}")
         if request.changed:
             say(f"changed: {' '.join(request.changed)}")
-        data = prepare_for(
-            preset,
-            request.data,
-            seed=request.seed,
-            cache_dir=request.cache_dir,
-            progress=request.progress,
-        )
+        if preset.architecture == LANGUAGE_MODEL:
+            from m2l_nlp.data.characters import prepare_characters
+            from m2l_nlp.runs.language_model import train_language_model
+
+            data = prepare_characters(
+                request.data,
+                width=preset.seq_len,
+                max_chars=preset.vocab_size,
+                val_size=preset.val_size if request.val_size is None else request.val_size,
+                seed=request.seed,
+                cache_dir=request.cache_dir,
+                progress=request.progress,
+            )
+            job = functools.partial(train_language_model, preset, data, folder)
+        else:
+            data = prepare_for(
+                preset,
+                request.data,
+                seed=request.seed,
+                cache_dir=request.cache_dir,
+                progress=request.progress,
+            )
+            job = functools.partial(
+                _train_and_evaluate, preset, data, folder, val_size=request.val_size
+            )
         say(f"data prepared ({time.perf_counter() - start:.0f}s)")
         try:
-            return _train_and_evaluate(
-                preset,
-                data,
-                folder,
+            return job(
                 name=request.name,
                 changed=request.changed,
                 impl=request.impl,
                 seed=request.seed,
-                val_size=request.val_size,
                 no_test=request.no_test,
                 resume=request.resume,
                 progress=request.progress,

@@ -154,7 +154,8 @@ def train(
         )
         history["loss"].append(loss)
         history["train_acc"].append(accuracy)
-        line = f"epoch {epoch + 1}/{settings.epochs}: loss {loss:.4f}  train_acc {accuracy:.4f}"
+        named = objective.loss_name
+        line = f"epoch {epoch + 1}/{settings.epochs}: {named} {loss:.4f}  train_acc {accuracy:.4f}"
         due = (epoch + 1) % settings.eval_every == 0 or epoch + 1 == settings.epochs
         if evaluated and due:
             now = model_params(state)  # once: tying on the host copies the table
@@ -168,7 +169,9 @@ def train(
                 desc=f"{eval_name} {epoch + 1}",
                 progress=progress,
             )
-            line += f"  {eval_name}_loss {result.loss:.4f}  {eval_name}_acc {result.accuracy:.4f}"
+            line += (
+                f"  {eval_name}_{named} {result.loss:.4f}  {eval_name}_acc {result.accuracy:.4f}"
+            )
             score = (result.accuracy, -result.loss)
             if settings.keep_best and (best is None or score > best.score):
                 best = BestEpoch(score, epoch + 1, jax.device_get(now), result)
@@ -324,6 +327,7 @@ def _make_epoch_step(
         if token_dropout > 0:  # word dropout: hidden tokens become padding
             mask = mask * jax.random.bernoulli(drop_key, 1 - token_dropout, mask.shape)
             ids = ids * mask
+        weights = objective.weights(labels, weights)  # per row, or per token that counts
         batch = jax.lax.with_sharding_constraint(Batch((ids, mask), labels, weights), shard)
         state, loss, correct = run_step(state, step_key, batch, micro=micro)
         count = weights.sum()

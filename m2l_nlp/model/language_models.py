@@ -1,0 +1,31 @@
+"""Practical 3's character language model, from the practical's file (or a notebook)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import haiku as hk
+import jax
+import numpy as np
+
+from m2l_nlp.config import LanguageModelConfig
+from m2l_nlp.impl import Impl, practical_namespace
+from m2l_nlp.transform import ModelFuncs, funcs_from_stateful
+
+PRACTICAL = "practical3_translation"
+
+
+def language_model(config: LanguageModelConfig, impl: Impl = "solutions") -> tuple[ModelFuncs, Any]:
+    """The model's functions (logits ``(B, S, V)`` of ids and mask ``(B, S)``) and the
+    practical's namespace it came from (its ``sample_next``, ``PositionalEncoding``)."""
+    practical = practical_namespace(PRACTICAL, impl)
+
+    def forward(input_ids, mask, is_train=True):
+        return practical.language_model_forward(input_ids, mask, is_train, config)
+
+    return funcs_from_stateful(forward), practical
+
+
+def init_params(funcs: ModelFuncs, seed: int, width: int) -> hk.Params:
+    ids = np.ones((1, width), np.int32)
+    return funcs.init_params(jax.random.PRNGKey(seed), ids, ids, True)

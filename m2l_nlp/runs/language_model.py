@@ -1,0 +1,272 @@
+"""Practical 3's character language model as a run: train, score, save, and write text.
+
+:func:`train_language_model` is the ``char-lm`` preset's job inside
+:func:`m2l_nlp.runs.experiment.run_training` (which owns the run folder): the loop of every
+task with the next-character objective, bits per character on the validation reviews each
+epoch and a sample of text after it, then once on held-out test reviews beside the unigram
+and bigram baselines. The run holds ``checkpoint/`` (parameters, config, characters), which
+:func:`write` (``m2l-nlp generate``) continues text with, through the key/value cache.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from m2l_nlp import devices
+from m2l_nlp.config import LanguageModelConfig, Preset
+from m2l_nlp.data.characters import CharData, CharVocab
+from m2l_nlp.model import generation
+from m2l_nlp.model.language_models import init_params, language_model
+from m2l_nlp.runs import folders as runs
+from m2l_nlp.runs.checkpoint import CheckpointError, _flatten, _unflatten
+from m2l_nlp.train import metrics
+from m2l_nlp.train.evaluation import evaluate
+from m2l_nlp.train.loop import StateMismatch, train
+from m2l_nlp.train.progress import Progress
+
+SAMPLE_PROMPT = "The film"
+SAMPLE_CHARS = 100
+PARAMS_FILE, CONFIG_FILE, CHARS_FILE, META_FILE = (
+    "params.npz",
+    "config.json",
+    "characters.json",
+    "meta.json",
+)
+
+
+class LanguageModelRun(NamedTuple):
+    """What a language-model run made: its parameters, config, characters and metrics."""
+
+    params: Any
+    config: LanguageModelConfig
+    vocab: CharVocab
+    history: dict[str, list[float]]
+    metrics: dict[str, Any]
+
+
+def train_language_model(
+    preset: Preset,
+    data: CharData,
+    folder: runs.RunFolder | None,
+    *,
+    name: str,
+    changed: Sequence[str],
+    impl: Any,
+    seed: int,
+    no_test: bool,
+    resume: bool,
+    progress: bool,
+    log: Callable[[str], None],
+) -> LanguageModelRun:
+    """Train ``preset``'s language model on ``data``; with a ``folder``, keep every epoch
+    there (``resume`` continues one) and write the run into it at the end."""
+    start = time.perf_counter()
+    compiled_before = devices.compile_counter()
+    settings = preset.settings(seed=seed)
+    config = preset.model_config(data.vocab.size)
+    funcs, practical = language_model(config, impl)
+    params = init_params(funcs, seed, config.max_len)
+    log(
+        f"data: {data.reviews['train']} train / {data.reviews['val']} validation / "
+        f"{data.reviews['test']} test reviews as {len(data.train.ids)} windows of "
+        f"{config.max_len} characters; {data.vocab.size} character ids"
+    )
+    writer = Writer(funcs, practical, config, data.vocab)
+    fingerprint = json.loads(
+        json.dumps(
+            dict(
+                preset=dataclasses.asdict(preset),
+                name=name,
+                seed=seed,
+                no_test=no_test,
+                impl=impl if isinstance(impl, str) else "",
+            )  # fmt: skip
+        )
+    )
+    begin = None
+    if folder is not None and resume:
+        info, arrays = folder.load_progress(fingerprint)
+        begin = runs.progress_from_saved(info, arrays)
+        log(f"resuming after epoch {begin.epoch} of {settings.epochs}")
+    structure = jax.tree_util.tree_structure(params)
+
+    def on_epoch(done: Progress) -> None:
+        trained = jax.tree_util.tree_unflatten(structure, done.state[: structure.num_leaves])
+        log(f"  sample: {SAMPLE_PROMPT + writer.write(trained, SAMPLE_PROMPT, SAMPLE_CHARS)!r}")
+        if folder is not None:
+            info, arrays = runs.progress_to_save(done)
+            folder.save_progress(
+                dict(info, epochs=settings.epochs, fingerprint=fingerprint), arrays
+            )
+
+    mesh = devices.make_mesh()
+    try:
+        result = train(
+            funcs,
+            params,
+            data.train.split(),
+            settings,
+            eval_data=None if data.val is None else data.val.split(),
+            objective=metrics.NEXT_CHAR,
+            mesh=mesh,
+            progress=progress,
+            log=log,
+            start=begin,
+            on_epoch=on_epoch,
+        )
+    except StateMismatch as error:
+        raise runs.RunFolderError(f"--resume: {error}") from None
+    params = jax.device_get(result.params)
+    run_metrics: dict[str, Any] = {
+        "preset": name,
+        "changed": list(changed),
+        "architecture": preset.architecture,
+        "impl": impl if isinstance(impl, str) else "notebook",
+        "devices": devices.describe_devices(),
+        "reviews": data.reviews,
+        "characters": data.vocab.size,
+    }
+    if result.eval_result is not None:
+        run_metrics["val_bits_per_char"] = result.eval_result.loss
+    if not no_test:
+        test = evaluate(
+            params,
+            funcs,
+            data.test.split(),
+            objective=metrics.NEXT_CHAR,
+            settings=settings,
+            mesh=mesh,
+            progress=progress,
+            desc="test",
+        )
+        run_metrics.update(
+            test_bits_per_char=test.loss,
+            test_accuracy=test.accuracy,
+            baselines_bits_per_char=data.baselines,
+        )
+        log(
+            f"test bits per character: {test.loss:.3f} (next character right "
+            f"{test.accuracy:.1%}); baselines on the same text: bigram "
+            f"{data.baselines['bigram']:.3f}, unigram {data.baselines['unigram']:.3f}"
+        )
+        for prompt in ("The film", "I watched this movie"):
+            log(f"  {prompt + writer.write(params, prompt, SAMPLE_CHARS)!r}")
+    compiled = devices.compile_counter()
+    run_metrics["compiled_programs"] = compiled["programs"] - compiled_before["programs"]
+    run_metrics["compile_seconds"] = compiled["seconds"] - compiled_before["seconds"]
+    run_metrics["seconds"] = time.perf_counter() - start
+    run = LanguageModelRun(params, config, data.vocab, result.history, run_metrics)
+    if folder is not None:
+        folder.commit(
+            lambda new: save_run(new, run, no_test),
+            dict(preset=name, architecture=preset.architecture, impl=run_metrics["impl"]),
+        )
+    return run
+
+
+def save_run(out: Path, run: LanguageModelRun, no_test: bool) -> None:
+    """``metrics.json``, the training curves and (test runs) ``checkpoint/`` into ``out``."""
+    from m2l_nlp import plotting
+    from m2l_nlp.fileio import write_json_atomic
+
+    out.mkdir(parents=True, exist_ok=True)
+    if not no_test:
+        checkpoint = out / "checkpoint"
+        checkpoint.mkdir()
+        np.savez(checkpoint / PARAMS_FILE, **_flatten(run.params))
+        write_json_atomic(checkpoint / CONFIG_FILE, dataclasses.asdict(run.config))
+        write_json_atomic(checkpoint / CHARS_FILE, {"chars": run.vocab.chars})
+        write_json_atomic(checkpoint / META_FILE, dict(run.metrics, history=run.history))
+    write_json_atomic(out / "metrics.json", dict(run.metrics, history=run.history))
+    curves = plotting.plot_training_curves(
+        run.history, title="Training curves (bits per character)"
+    )
+    plotting.save_figure(curves, out / "training_curves.png")
+
+
+class LanguageModelCheckpoint(NamedTuple):
+    params: Any
+    config: LanguageModelConfig
+    vocab: CharVocab
+    meta: dict[str, Any]
+
+
+def load_checkpoint(path: Path) -> LanguageModelCheckpoint:
+    """Read a language model's ``checkpoint/``; :class:`CheckpointError` in one line if it
+    is not one."""
+    files = (PARAMS_FILE, CONFIG_FILE, CHARS_FILE)
+    missing = [f for f in files if not (path / f).is_file()]
+    if missing:
+        what = (
+            f"{path} is not a language model's checkpoint (missing {', '.join(missing)})"
+            if path.is_dir()
+            else f"there is no checkpoint at {path}"
+        )
+        raise CheckpointError(
+            f"{what}: train one with `m2l-nlp train --preset char-lm` (`--data small` takes "
+            "a minute) or pass the folder it wrote (runs/char-lm/checkpoint)"
+        )
+    try:
+        config = LanguageModelConfig(**json.loads((path / CONFIG_FILE).read_text()))
+        vocab = CharVocab(json.loads((path / CHARS_FILE).read_text())["chars"])
+        with np.load(path / PARAMS_FILE) as arrays:
+            params = _unflatten({k: arrays[k] for k in arrays.files})
+        meta_file = path / META_FILE
+        meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise CheckpointError(
+            f"{path} could not be read ({type(error).__name__}: {error})"
+        ) from None
+    if vocab.size > config.vocab_size:
+        raise CheckpointError(f"the files of {path} do not belong together (characters)")
+    return LanguageModelCheckpoint(params, config, vocab, meta)
+
+
+class Writer:
+    """Continues text with a model, through the key/value cache (checked against the
+    model's own forward once)."""
+
+    def __init__(self, funcs, practical, config: LanguageModelConfig, vocab: CharVocab):
+        self.funcs, self.practical, self.config, self.vocab = funcs, practical, config, vocab
+        self.table = generation.position_table(practical.PositionalEncoding, config)
+        self.checked = False
+
+    def write(
+        self,
+        params: Any,
+        prompt: str,
+        max_chars: int,
+        *,
+        temperature: float = 0.8,
+        top_k: int | None = None,
+        seed: int = 0,
+        stop: str | None = None,
+    ) -> str:
+        """Up to ``max_chars`` characters after ``prompt`` (until ``stop``, if given)."""
+        ids = self.vocab.encode(prompt)[None]
+        generation.check_window(ids.shape[1], max_chars, self.config.max_len)
+        if not self.checked:
+            generation.check_cache(params, self.config, self.table, self.funcs.model_fw.apply, ids)
+            self.checked = True
+        new = generation.generate(
+            params,
+            self.table,
+            jnp.asarray(ids),
+            jax.random.PRNGKey(seed),
+            config=self.config,
+            new_chars=max_chars,
+            sample=self.practical.sample_next,
+            temperature=temperature,
+            top_k=top_k,
+        ).ids
+        stop_id = None if stop is None else int(self.vocab.encode(stop)[0])
+        return self.vocab.decode(generation.stop_at(np.asarray(new[0]), stop_id))

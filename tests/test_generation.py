@@ -1,0 +1,74 @@
+"""Tests of m2l_nlp.model.generation: the key/value cache gives the model's own numbers."""
+
+from __future__ import annotations
+
+import jax
+import numpy as np
+import pytest
+
+from m2l_nlp.config import LanguageModelConfig
+from m2l_nlp.impl import load_practical
+from m2l_nlp.model import generation
+from m2l_nlp.transform import funcs_from_stateful
+
+CONFIG = LanguageModelConfig(
+    vocab_size=17, num_layers=2, num_heads=2, d_model=16, d_ff=32, p_dropout=0.1, max_len=24
+)
+
+
+@pytest.fixture(scope="module")
+def lm():
+    p3 = load_practical("practical3_translation", "solutions")
+    funcs = funcs_from_stateful(
+        lambda ids, mask, is_train=True: p3.language_model_forward(ids, mask, is_train, CONFIG)
+    )
+    ids = np.ones((1, 4), np.int32)
+    params = funcs.init_params(jax.random.PRNGKey(0), ids, ids, True)
+    rng = np.random.default_rng(0)  # away from the initial LayerNorms and zero biases
+    params = jax.tree_util.tree_map(lambda p: p + 0.3 * rng.standard_normal(p.shape), params)
+    table = generation.position_table(p3.PositionalEncoding, CONFIG)
+    return p3, funcs, params, table
+
+
+def test_the_cache_and_recomputing_give_the_same_logits_and_text(lm):
+    """At every step both paths score the next character alike (float tolerance), and with
+    one key they write the same characters."""
+    p3, funcs, params, table = lm
+    prompt = np.array([[3, 5, 7, 2, 9], [4, 4, 1, 8, 6]], np.int32)
+    key = jax.random.PRNGKey(3)
+    knobs = dict(new_chars=12, sample=p3.sample_next, temperature=0.8, top_k=None)
+    cached = generation.generate(params, table, prompt, key, config=CONFIG, **knobs)
+    apply = funcs.model_fw.apply
+    plain = generation.generate_recomputing(
+        params, prompt, key, apply=apply, window=CONFIG.max_len, **knobs
+    )
+    np.testing.assert_allclose(cached.logits, plain.logits, rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(cached.ids, plain.ids)
+    assert cached.ids.shape == (2, 12) and len(set(np.asarray(cached.ids).ravel())) > 2
+
+
+def test_a_model_that_is_not_the_decoder_is_refused(lm):
+    p3, funcs, params, table = lm
+    prompt = np.array([[3, 5, 7]], np.int32)
+    generation.check_cache(params, CONFIG, table, funcs.model_fw.apply, prompt)  # the same
+
+    def other(params, ids, mask):  # e.g. pre-LayerNorm blocks: other numbers
+        return funcs.model_fw.apply(params, ids, mask) + 1.0
+
+    with pytest.raises(ValueError, match="cannot use the key/value cache"):
+        generation.check_cache(params, CONFIG, table, other, prompt)
+
+
+def test_generation_never_runs_past_the_window():
+    generation.check_window(4, 20, 24)
+    with pytest.raises(generation.WindowError, match="at most 20 new ones"):
+        generation.check_window(4, 21, 24)
+    with pytest.raises(generation.WindowError, match="shorten the prompt"):
+        generation.check_window(30, 1, 24)
+    with pytest.raises(generation.WindowError, match="empty"):
+        generation.check_window(0, 1, 24)
+
+
+def test_text_stops_at_the_stop_character():
+    assert generation.stop_at(np.array([5, 6, 2, 7, 2]), 2).tolist() == [5, 6]
+    assert generation.stop_at(np.array([5, 6]), 2).tolist() == [5, 6]
