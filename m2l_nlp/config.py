@@ -408,8 +408,8 @@ PRESETS["unigram"] = dataclasses.replace(
 )
 
 PRESETS["char-lm"] = Preset(
-    "practical 3: a character language model of IMDB reviews (the 158 most frequent "
-    "characters), 4 decoder blocks, d_model 128, windows of 128 characters, 2 epochs",
+    "practical 3: a character language model of IMDB reviews (at most 158 characters, "
+    "the most frequent), 4 decoder blocks, d_model 128, windows of 128 characters, 2 epochs",
     vocab_size=160,
     seq_len=128,
     model=dict(num_layers=4, num_heads=4, d_model=128, d_ff=512, p_dropout=0.1),

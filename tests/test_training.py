@@ -486,3 +486,39 @@ def test_nothing_compiles_after_the_first_epoch_nor_when_the_same_run_is_started
     second = run()
     assert programs[-1] == programs[1], programs
     assert second.history == first.history
+
+
+# ------------------------------------------------------------- a loss per token
+
+
+def test_a_per_token_objective_counts_the_targets_that_exist():
+    """An epoch of one step reports the mean over the positions that have a next character
+    (label >= 0), not over the padding nor the window's ends: the step's weights are per
+    token."""
+    from m2l_nlp.config import LanguageModelConfig
+    from m2l_nlp.model.language_models import init_params, language_model
+
+    config = LanguageModelConfig(
+        vocab_size=12, num_layers=1, num_heads=2, d_model=8, d_ff=16, p_dropout=0.0, max_len=8
+    )
+    funcs, _ = language_model(config)
+    rng = np.random.default_rng(0)
+    lengths = np.array([8, 5, 3, 8])
+    mask = (np.arange(8)[None, :] < lengths[:, None]).astype(np.int32)
+    ids = rng.integers(2, 12, (4, 8)).astype(np.int32) * mask
+    labels = np.where(np.arange(8)[None, :] < lengths[:, None] - 1, np.roll(ids, -1, 1), -1)
+    params = init_params(funcs, 0, 8)
+    settings = TrainSettings(epochs=1, batch_size=4, learning_rate=1e-3, crop_len=8)
+    trained = training.train(
+        funcs, params, (ids, mask, labels), settings, objective=metrics.NEXT_CHAR,
+        progress=False, log=None,
+    )  # fmt: skip
+    logits = funcs.model_fw.apply(params, ids, mask)
+    per_token = np.asarray(metrics.NEXT_CHAR.row_loss(logits, labels))
+    counted = labels >= 0
+    assert per_token[~counted].max() == 0.0
+    want = per_token[counted].mean()
+    assert trained.history["loss"] == [pytest.approx(float(want), rel=1e-5)]
+    assert want != pytest.approx(float(per_token.mean()), rel=1e-3)  # padding would change it
+    scored = metrics.score(metrics.NEXT_CHAR, np.asarray(logits), labels)
+    assert scored.loss == pytest.approx(float(want), rel=1e-5)

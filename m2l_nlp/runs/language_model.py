@@ -101,7 +101,7 @@ def train_language_model(
 
     def on_epoch(done: Progress) -> None:
         trained = jax.tree_util.tree_unflatten(structure, done.state[: structure.num_leaves])
-        log(f"  sample: {SAMPLE_PROMPT + writer.write(trained, SAMPLE_PROMPT, SAMPLE_CHARS)!r}")
+        log(f"  sample: {SAMPLE_PROMPT + writer.sample(trained, SAMPLE_PROMPT)!r}")
         if folder is not None:
             info, arrays = runs.progress_to_save(done)
             folder.save_progress(
@@ -159,7 +159,7 @@ def train_language_model(
             f"{data.baselines['bigram']:.3f}, unigram {data.baselines['unigram']:.3f}"
         )
         for prompt in ("The film", "I watched this movie"):
-            log(f"  {prompt + writer.write(params, prompt, SAMPLE_CHARS)!r}")
+            log(f"  {prompt + writer.sample(params, prompt)!r}")
     compiled = devices.compile_counter()
     run_metrics["compiled_programs"] = compiled["programs"] - compiled_before["programs"]
     run_metrics["compile_seconds"] = compiled["seconds"] - compiled_before["seconds"]
@@ -239,6 +239,12 @@ class Writer:
         self.funcs, self.practical, self.config, self.vocab = funcs, practical, config, vocab
         self.table = generation.position_table(practical.PositionalEncoding, config)
         self.checked = False
+
+    def sample(self, params: Any, prompt: str) -> str:
+        """A continuation of ``prompt``, as long as the window allows (at most
+        ``SAMPLE_CHARS``), to show what the model writes."""
+        room = self.config.max_len - len(prompt)
+        return self.write(params, prompt, min(SAMPLE_CHARS, room)) if room > 0 else ""
 
     def write(
         self,

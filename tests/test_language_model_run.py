@@ -1,0 +1,66 @@
+"""Tests of m2l_nlp.runs.language_model: `m2l-nlp train --preset char-lm` and `generate`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from m2l_nlp import cli
+from m2l_nlp.runs import folders as runs
+
+TINY = [
+    "--set",
+    "seq_len=32",
+    "--set",
+    "model.num_layers=1",
+    "--set",
+    "model.d_model=16",
+    "--set",
+    "model.d_ff=32",
+    "--set",
+    "model.num_heads=2",
+    "--set",
+    "train.batch_size=32",
+    "--set",
+    "train.crop_len=32",
+]
+
+
+@pytest.mark.slow
+def test_train_then_generate_and_resume(tmp_path, monkeypatch, capsys):
+    """A tiny char-lm on the bundled reviews: bits per character each epoch with a sample,
+    test bits beside both baselines, a checkpoint that `generate` continues text from; a run
+    stopped after epoch 1 resumes to the same numbers."""
+    args = ["train", "--preset", "char-lm", "--data", "small", "--epochs", "2", "--no-progress"]
+    args += [*TINY, "--cache-dir", str(tmp_path / "cache")]
+    assert cli.main([*args, "--out", str(tmp_path / "lm")]) == 0
+    out = capsys.readouterr().out
+    assert "epoch 2/2: bits/char" in out and "val_bits/char" in out and "sample: 'The film" in out
+    assert "baselines on the same text: bigram" in out
+    metrics = json.loads((tmp_path / "lm" / "metrics.json").read_text())
+    assert metrics["test_bits_per_char"] > 0 and set(metrics["baselines_bits_per_char"]) == {
+        "unigram",
+        "bigram",
+    }
+    checkpoint = str(tmp_path / "lm" / "checkpoint")
+    assert cli.main(["generate", "--checkpoint", checkpoint, "I saw", "--max-chars", "20"]) == 0
+    written = capsys.readouterr().out.strip()
+    assert written.startswith("I saw") and len(written) == 5 + 20
+    assert cli.main(["generate", "--checkpoint", checkpoint, "x" * 40]) == 2
+    assert "the model reads at most 32 characters" in capsys.readouterr().err
+
+    saving = runs.RunFolder.save_progress
+
+    def stop_after_epoch_1(self, info, arrays):
+        saving(self, info, arrays)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runs.RunFolder, "save_progress", stop_after_epoch_1)
+    stopped = [*args, "--out", str(tmp_path / "stopped")]
+    assert cli.main(stopped) == 130
+    monkeypatch.undo()
+    assert cli.main([*stopped, "--resume"]) == 0
+    again = json.loads((tmp_path / "stopped" / "metrics.json").read_text())
+    assert again["history"] == metrics["history"]
+    assert again["test_bits_per_char"] == metrics["test_bits_per_char"]
