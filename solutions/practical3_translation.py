@@ -70,6 +70,7 @@ from .practical2_transformers import (
 # attend to key `j` (`j <= i`: itself and the past) and 0 elsewhere (the future). Its
 # lower triangle, diagonal included. Hint: `jnp.tril`.
 
+
 # %%
 def causal_mask(seq_len: int) -> jax.Array:
     """`(S, S)` int32: 1 where query `i` may see key `j` (`j <= i`), 0 for the future."""
@@ -93,6 +94,7 @@ def causal_mask(seq_len: int) -> jax.Array:
 #
 # Return the block's output and its attention weights `(B, h, S, S)`: the decoder draws its
 # attention maps from them. Hand `is_train` on to the feed-forward sub-layer.
+
 
 # %%
 class DecoderBlock(hk.Module):
@@ -133,7 +135,7 @@ class DecoderBlock(hk.Module):
 
 
 # %% active="ipynb"
-# check("decoder_block", causal_mask, DecoderBlock)
+# check("decoder_block", DecoderBlock)
 
 
 # %% [markdown]
@@ -142,6 +144,7 @@ class DecoderBlock(hk.Module):
 # Name the blocks `block_0`, `block_1`, ... (the names of their parameters) and apply them
 # one after the other, each with the same padding mask. `get_attention_maps` runs the
 # same stack and returns the attention weights of every block, in order.
+
 
 # %%
 class TransformerDecoder(hk.Module):
@@ -194,6 +197,7 @@ class TransformerDecoder(hk.Module):
 # add the positions, run the decoder with the padding mask, then map every position's
 # vector to one logit per character of the vocabulary with a `Linear(vocab_size)` layer
 # named `head`. The logits at position `i` score the character at `i + 1`.
+
 
 # %%
 class CharLanguageModel(hk.Module):
@@ -262,6 +266,7 @@ def language_model_forward(
 # `optax.softmax_cross_entropy_with_integer_labels`, or `jax.nn.log_softmax` and
 # `jnp.take_along_axis`.
 
+
 # %%
 def next_token_loss(logits: jax.Array, input_ids: jax.Array, mask: jax.Array) -> jax.Array:
     """Mean cross-entropy (nats) of `logits (B, S, V)` predicting `input_ids (B, S)` one
@@ -296,6 +301,7 @@ def next_token_loss(logits: jax.Array, input_ids: jax.Array, mask: jax.Array) ->
 # logits along the last axis; a logit of `-jnp.inf` is never drawn. Hint:
 # `jax.lax.top_k(logits, k)[0][..., -1:]` is the `k`-th largest logit of each row.
 
+
 # %%
 def sample_next(
     logits: jax.Array, key: jax.Array, temperature: float = 1.0, top_k: int | None = None
@@ -313,3 +319,78 @@ def sample_next(
 
 # %% active="ipynb"
 # check("sample_next", sample_next)
+
+
+# %% [markdown]
+# ## 7. Training the language model on reviews
+#
+# The text is the IMDB reviews themselves, read as characters: the course package cuts the
+# training reviews into windows of `seq_len` characters (128 for the `char-lm` preset),
+# labels every position with the next character, and builds the vocabulary from the
+# training reviews only (the rarest characters share one id for "unknown"). Some training
+# reviews are held out for validation after every epoch, and the test reviews are read once
+# at the end.
+#
+# The loss is reported in **bits per character**: how many yes/no questions, on average, the
+# model still needs to guess the next character. Two baselines tell whether it learnt more
+# than letter frequencies: the *unigram* model (how often each character occurs) and the
+# *bigram* model (how often each character follows the previous one), both counted on the
+# training reviews. The training loop is the one of practical 2 (`m2l-nlp train` runs the
+# same): here with a loss per character instead of one per review.
+#
+# With the bundled small data (`FULL_IMDB = False`) this takes a minute on a CPU and the
+# model stays near the bigram baseline; on the full IMDB (a GPU helps) it goes well below.
+
+# %% active="ipynb"
+# import sys
+#
+# from m2l_nlp.config import PRESETS
+# from m2l_nlp.data.characters import prepare_characters
+# from m2l_nlp.model.language_models import init_params
+# from m2l_nlp.runs.language_model import Writer
+# from m2l_nlp.train.loop import train
+# from m2l_nlp.train.metrics import NEXT_CHAR
+# from m2l_nlp.transform import funcs_from_stateful
+#
+# FULL_IMDB = False
+# preset = PRESETS["char-lm"]  # the recipe of m2l_nlp/config.py
+# data = prepare_characters(
+#     None if FULL_IMDB else "small",
+#     width=preset.seq_len,
+#     max_chars=preset.vocab_size,
+#     val_size=preset.val_size,
+# )
+# config = preset.model_config(data.vocab.size)  # LanguageModelConfig: the model's sizes
+# settings = preset.settings()
+# print(f"{data.reviews}; {len(data.train.ids)} windows; {data.vocab.size} character ids")
+#
+#
+# def forward(input_ids, mask, is_train=True):
+#     return language_model_forward(input_ids, mask, is_train, config=config)
+#
+#
+# model = funcs_from_stateful(forward)
+# params = init_params(model, 0, config.max_len)
+# result = train(model, params, data.train.split(), settings, eval_data=data.val.split(),
+#                objective=NEXT_CHAR)
+# print("bits per character of the baselines on the test reviews:", data.baselines)
+# plotting.plot_training_curves(result.history)
+
+
+# %% [markdown]
+# ## 8. Writing, one character at a time
+#
+# To write, the model reads the text so far and draws the next character with your
+# `sample_next`. Run naively, every new character runs the whole model over the whole text
+# again, although the keys and values of the earlier positions never change: the causal
+# mask means a position never looks at what comes after it. The course's `Writer` keeps
+# them (a *key/value cache*): each new character then costs one position of attention over
+# the cached ones (`benchmarks/generation.py` measures the difference). It reads your
+# model's parameters, and checks once that it computes the same logits as your model.
+#
+# Try other prompts, temperatures (0.5, 1.0, 1.5) and `top_k`.
+
+# %% active="ipynb"
+# writer = Writer(model, sys.modules["__main__"], config, data.vocab)  # your modules
+# for prompt in ["The film", "I watched this movie"]:
+#     print(repr(prompt + writer.write(result.params, prompt, 100, temperature=0.8)))
