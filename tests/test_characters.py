@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from m2l_nlp.data import characters
 from m2l_nlp.data.characters import NOTHING, PAD, UNKNOWN, CharVocab

@@ -9,6 +9,7 @@ from m2l_nlp.config import (
     PRESETS,
     BaselineConfig,
     ClassifierConfig,
+    LanguageModelConfig,
     TrainSettings,
 )
 from m2l_nlp.overrides import override
@@ -20,8 +21,8 @@ def test_presets_are_valid_configs():
         preset.check()
         assert isinstance(preset.settings(), TrainSettings)
         model = preset.model_config()
-        kind = ClassifierConfig if preset.architecture == config.TRANSFORMER else BaselineConfig
-        assert isinstance(model, kind)
+        kind = {config.TRANSFORMER: ClassifierConfig, config.LANGUAGE_MODEL: LanguageModelConfig}
+        assert isinstance(model, kind.get(preset.architecture, BaselineConfig))
 
 
 def test_unigram_preset_is_the_default_recipe_before_bigram_tokens():
