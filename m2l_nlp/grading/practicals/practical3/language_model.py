@@ -131,11 +131,13 @@ def _variants(logits: np.ndarray, ids: np.ndarray, mask: np.ndarray) -> dict[str
             return float(rows.mean())
         return float(-(picked * weights).sum() / max(weights.sum(), 1))
 
-    return {
+    own = (
         "the targets are not shifted: position i is scored against its own character, which "
-        "it can see (score the logits at i against the id at i + 1)": nll(
-            log_probs, ids, mask.astype(float)
-        ),
+        "it can see (score the logits at i against the id at i + 1)"
+    )
+    return {
+        own: nll(log_probs, ids, mask.astype(float)),
+        own + " ": nll(log_probs[:, 1:], ids[:, 1:], mask[:, 1:].astype(float)),
         "padding is counted: a target whose mask is 0 is not a character (weigh each target "
         "by the mask of its own position, mask[:, 1:])": nll(
             log_probs[:, :-1], ids[:, 1:], np.ones_like(ids[:, 1:], float)
@@ -168,7 +170,7 @@ def check_loss_matches_reference(ctx):
         return
     for slip, value in _variants(logits.astype(np.float64), ids, mask).items():
         if abs(float(got) - value) <= 1e-4 * max(1.0, abs(value)):
-            fail(f"the loss is {float(got):.6g}, the reference's {want:.6g}: {slip}")
+            fail(f"the loss is {float(got):.6g}, the reference's {want:.6g}: {slip.strip()}")
     fail(
         f"the loss is {float(got):.6g}, the reference's {want:.6g}: the mean cross-entropy of "
         "logits[:, :-1] against ids[:, 1:], over the targets whose mask is 1"
@@ -264,6 +266,12 @@ def check_sample_follows_the_temperature(ctx):
                 f"0: {freq[0]:.3f}, should be about {want[0]:.3f}): the temperature has no "
                 "effect; divide the logits by it before the softmax (dividing the softmax's "
                 "output is undone when the probabilities are normalised)"
+            )
+        if np.abs(freq - 1 / freq.size).max() <= 0.03:
+            fail(
+                f"at temperature {temperature} every id was drawn about as often as the others "
+                f"(id 0: {freq[0]:.3f}, should be about {want[0]:.3f}): draw along the last axis "
+                "(the vocabulary) from the row's own logits"
             )
         at = int(np.argmax(np.abs(freq - want)))
         fail(
