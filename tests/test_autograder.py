@@ -245,6 +245,13 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
     shutil.copytree(honest, syntax, ignore=without_p3)
     _with(syntax, P2, "def broken(:\n    pass\n")
 
+    # practical 2's code leaves a file in its home and a process: practical 3's must not
+    # find either (it could otherwise show what practical 2's hidden checks asked)
+    leaves = new("leaves_files_for_the_next_practical")
+    _solved(leaves, P1, P2, P3)
+    _with(leaves, P2, LEAVE_FOR_THE_NEXT)
+    _with(leaves, P3, REFUSE_WHAT_WAS_LEFT)
+
     hang = new("hang")
     shutil.copytree(honest, hang, ignore=without_p3)
     _replace(
@@ -1000,6 +1007,43 @@ def bounded(installed, tmp_path_factory):
 
 
 # At import, once: six processes of 150 MB each (each under any one process's limit).
+LEAVE_FOR_THE_NEXT = """
+import os as _os
+import subprocess as _sp
+
+with open(_os.path.join(_os.environ["HOME"], "left.txt"), "w") as _f:
+    _f.write("what practical 2's checks asked")
+try:
+    _sp.Popen(["sleep", "300"], start_new_session=True)
+except OSError:
+    pass
+"""
+
+REFUSE_WHAT_WAS_LEFT = """
+import glob as _glob
+import os as _os
+
+
+def _sleepers():
+    found = []
+    for pid in filter(str.isdigit, _os.listdir("/proc")):
+        try:
+            mine = _os.stat(f"/proc/{pid}").st_uid == _os.getuid()
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if mine and f.read().startswith(b"sleep"):
+                    found.append(pid)
+        except OSError:
+            pass
+    return found
+
+
+_here = _os.path.dirname(_os.path.abspath(__file__))
+_left = _glob.glob(_os.path.join(_here, "home-*", "left.txt"))
+if _left or _sleepers():
+    raise ImportError(f"practical 2 left {_left} and processes {_sleepers()}")
+"""
+
+
 MEMORY_HOG = """
 import os as _os, time as _time
 if not _os.path.exists("/tmp/m2l-hog-3c1d"):
@@ -1045,6 +1089,11 @@ def test_a_submission_has_one_time_budget_for_its_imports_and_checks(bounded):
     took = float(log.split("submission graded in ")[1].split(" s")[0])
     assert took < 40 + 30, log  # 40 s of its own, and the reference's answers
     assert bounded.results["honest"]["score"] == FULL
+
+
+def test_nothing_a_practical_left_reaches_the_next_one(graded):
+    data = graded.results["leaves_files_for_the_next_practical"]
+    assert _points(data, P2) == P2_POINTS and _points(data, P3) == P3_POINTS, data
 
 
 def test_in_a_batch_each_results_file_is_its_own(graded):

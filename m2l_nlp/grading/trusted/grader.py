@@ -384,8 +384,11 @@ def _grade_submission(
     log: Callable[[str], None],
     budget: TimeBudget | None = None,
     watch: MemoryWatch | None = None,
+    between: Callable[[], None] | None = None,
 ) -> tuple[list[ExerciseResult], list[str]]:
-    """The results of one submission (in the current grading seed) and what to say first."""
+    """The results of one submission (in the current grading seed) and what to say first.
+    ``between()`` runs after each practical: what its student code left must not reach the
+    next one (which could show the questions of hidden checks in its visible messages)."""
     try:
         found = find_practicals(submission, practicals)
     except SubmissionError as err:
@@ -421,6 +424,8 @@ def _grade_submission(
             kept = [ex for ex in exercises.values() if ex.practical == practical]
             message = f"the autograder could not grade {practical} ({type(err).__name__})"
             results += _all_results(kept, "error", message)
+        if between is not None:
+            between()
     return results, notes
 
 
@@ -482,12 +487,20 @@ class _Batch:
         if problem:
             self.log(f"note: the reference's OOM score is left as it is: {problem}")
 
-    def clean(self, started: float, folder: Path) -> None:
+    def clean(self, started: float, folder: Path, keep_folder: bool = False) -> None:
         """Everything a submission started or left goes; each step's errors are logged,
-        never raised."""
+        never raised. ``keep_folder``: between two practicals, the submission's files stay
+        and only its workers' homes in ``folder`` go."""
+
+        def homes() -> Cleaned:
+            done = Cleaned()
+            for home in folder.glob("home-*"):
+                done.add(remove_path(home))
+            return done
+
         steps: list[tuple[str, Callable[[], Any]]] = [
             ("processes", lambda: kill_descendants(self.keep())),
-            ("folder", lambda: remove_path(folder)),
+            ("homes", homes) if keep_folder else ("folder", lambda: remove_path(folder)),
         ]
         if self.user is not None:
             uid = self.user[0]
@@ -504,7 +517,7 @@ class _Batch:
                 continue
             if isinstance(done, Cleaned) and done.left:
                 self.log(f"cleanup ({what}): {len(done.left)} left, e.g. {done.left[0]}")
-                if what in ("files", "IPC objects", "keyrings"):
+                if what in ("files", "homes", "IPC objects", "keyrings"):
                     self.tainted = (
                         f"what an earlier submission left ({what}) could not all be removed, "
                         "and a later one could read it: grade the rest of the batch again"
@@ -543,6 +556,7 @@ def _grade_one(batch: _Batch, number: int, submission: Path, seed: int) -> dict[
                 log,
                 budget,
                 batch.watch,
+                between=lambda: batch.clean(started, folder, keep_folder=True),
             )
         blame_earlier(results)
         failed_imports = (c.message for r in results for c in r.checks if c.status == "error")
