@@ -1007,16 +1007,19 @@ def bounded(installed, tmp_path_factory):
 
 
 # At import, once: six processes of 150 MB each (each under any one process's limit).
+# Practical 3 imports practical 2 again in its own process: only practical 2's grading leaves.
 LEAVE_FOR_THE_NEXT = """
 import os as _os
 import subprocess as _sp
+import sys as _sys
 
-with open(_os.path.join(_os.environ["HOME"], "left.txt"), "w") as _f:
-    _f.write("what practical 2's checks asked")
-try:
-    _sp.Popen(["sleep", "300"], start_new_session=True)
-except OSError:
-    pass
+if not any(name.endswith("practical3_translation") for name in _sys.modules):
+    with open(_os.path.join(_os.environ["HOME"], "left.txt"), "w") as _f:
+        _f.write("what practical 2's checks asked")
+    try:
+        _sp.Popen(["sleep", "317"], start_new_session=True)
+    except OSError:
+        pass
 """
 
 REFUSE_WHAT_WAS_LEFT = """
@@ -1030,7 +1033,7 @@ def _sleepers():
         try:
             mine = _os.stat(f"/proc/{pid}").st_uid == _os.getuid()
             with open(f"/proc/{pid}/cmdline", "rb") as f:
-                if mine and f.read().startswith(b"sleep"):
+                if mine and f.read() == b"sleep\\x00317\\x00":
                     found.append(pid)
         except OSError:
             pass
