@@ -64,3 +64,16 @@ def test_train_then_generate_and_resume(tmp_path, monkeypatch, capsys):
     again = json.loads((tmp_path / "stopped" / "metrics.json").read_text())
     assert again["history"] == metrics["history"]
     assert again["test_bits_per_char"] == metrics["test_bits_per_char"]
+
+
+def test_predict_and_generate_each_refuse_the_others_checkpoint(tmp_path):
+    from m2l_nlp.runs import checkpoint, language_model
+
+    lm, classifier = tmp_path / "lm", tmp_path / "classifier"
+    for folder, marker in ((lm, "characters.json"), (classifier, "tokenizer.json")):
+        folder.mkdir()
+        (folder / marker).write_text("{}")
+    with pytest.raises(checkpoint.CheckpointError, match="m2l-nlp generate --checkpoint"):
+        checkpoint.load_checkpoint(lm)
+    with pytest.raises(checkpoint.CheckpointError, match="m2l-nlp predict --checkpoint"):
+        language_model.load_checkpoint(classifier)

@@ -194,6 +194,11 @@ def load_checkpoint(
     path = Path(path)
     missing = [f for f in (PARAMS_FILE, CONFIG_FILE, TOKENIZER_FILE) if not (path / f).is_file()]
     if missing:
+        if (path / "characters.json").is_file():  # runs.language_model's checkpoint
+            raise CheckpointError(
+                f"{path} is a character language model's checkpoint, which does not score "
+                f"reviews: continue text with `m2l-nlp generate --checkpoint {path}`"
+            )
         if path.is_dir():
             what = f"{path} is not a complete checkpoint (missing {', '.join(missing)})"
         elif path.exists():

@@ -205,6 +205,11 @@ def load_checkpoint(path: Path) -> LanguageModelCheckpoint:
     is not one."""
     files = (PARAMS_FILE, CONFIG_FILE, CHARS_FILE)
     missing = [f for f in files if not (path / f).is_file()]
+    if missing and (path / "tokenizer.json").is_file():  # runs.checkpoint's, a classifier's
+        raise CheckpointError(
+            f"{path} is a sentiment classifier's checkpoint, which does not write text: score "
+            f"reviews with `m2l-nlp predict --checkpoint {path}`"
+        )
     if missing:
         what = (
             f"{path} is not a language model's checkpoint (missing {', '.join(missing)})"
