@@ -83,6 +83,13 @@ def causal_mask(seq_len: int) -> jax.Array:
 
 
 # %% [markdown]
+# The mask as a picture: row `i` is what position `i` may read (bright), column `j` is key `j`.
+
+# %% active="ipynb"
+# plotting.plot_attention_maps([causal_mask(8)[None]], tokens=list("The film"), title="causal mask")
+
+
+# %% [markdown]
 # ## 2. The decoder block
 #
 # The same two sub-layers as the encoder block, wrapped the same way
@@ -311,6 +318,8 @@ def sample_next(
 # %% active="ipynb"
 # import sys
 #
+# import numpy as np
+#
 # from m2l_nlp.config import PRESETS
 # from m2l_nlp.data.characters import prepare_characters
 # from m2l_nlp.model.language_models import init_params
@@ -359,5 +368,22 @@ def sample_next(
 
 # %% active="ipynb"
 # writer = Writer(model, sys.modules["__main__"], config, data.vocab)  # your modules
-# for prompt in ["The film", "I watched this movie"]:
-#     print(repr(prompt + writer.write(result.params, prompt, 100, temperature=0.8)))
+# PROMPT = "The film"  # type your own beginning
+# TEMPERATURE = 0.8
+# print(repr(PROMPT + writer.write(result.params, PROMPT, 100, temperature=TEMPERATURE)))
+
+
+# %% [markdown]
+# Where the trained decoder looks: each block's heads, for the characters of one sentence.
+# Every row stops at the diagonal (the causal mask). Look for heads that read the character
+# just before, and for heads that look further back; on the small data there is less to see.
+
+# %% active="ipynb"
+# def attention_maps(input_ids, mask):
+#     return CharLanguageModel(config, name="char_lm").get_attention_maps(input_ids, mask)
+#
+#
+# text = "The film was great."
+# ids = data.vocab.encode(text)[None]
+# maps = funcs_from_stateful(attention_maps).predict_fw(result.params, ids, np.ones_like(ids))
+# plotting.plot_attention_maps(maps, tokens=list(text), title="Decoder attention after training")
