@@ -22,6 +22,7 @@ from m2l_nlp import devices
 from m2l_nlp.config import PRESETS, LanguageModelConfig
 from m2l_nlp.impl import load_practical
 from m2l_nlp.model import generation
+from m2l_nlp.model.language_models import cached_step
 from m2l_nlp.transform import funcs_from_stateful
 
 PROMPT = 16
@@ -46,12 +47,12 @@ def measure(p3, sizes: dict, new_chars: int, repeats: int) -> tuple[float, float
     )
     prompt = np.arange(1, PROMPT + 1, dtype=np.int32)[None]
     params = funcs.init_params(jax.random.PRNGKey(0), prompt, np.ones_like(prompt), True)
-    table = generation.position_table(p3.PositionalEncoding, config)
+    step, caches = cached_step(config, p3), p3.empty_caches(config, 1)
     key = jax.random.PRNGKey(1)
     knobs = dict(new_chars=new_chars, sample=p3.sample_next, temperature=1.0, top_k=None)
 
     def cached():
-        return generation.generate(params, table, prompt, key, config=config, **knobs).ids
+        return generation.generate(params, caches, prompt, key, step=step, **knobs).ids
 
     def recomputing():
         apply, window = funcs.model_fw.apply, config.max_len

@@ -259,6 +259,8 @@ class Preset:
     # True: a test run trains on every training review for the preset's epochs (chosen by
     # --no-test runs, which hold out val_size) and keeps the last. --val-size overrides it.
     final_fit: bool = False
+    # > 0 (char-lm): train on the first this many training reviews only, a CPU-sized share
+    train_reviews: int = 0
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -267,9 +269,18 @@ class Preset:
                 f"architecture must be {TRANSFORMER}, {LANGUAGE_MODEL} or one of "
                 f"{', '.join(BASELINES)}, not {self.architecture!r}"
             )
-        limits = {"vocab_size": MIN_VOCAB_SIZE, "seq_len": 1, "bigram_tokens": 0, "val_size": 0}
+        limits = {
+            "vocab_size": MIN_VOCAB_SIZE,
+            **dict.fromkeys(("bigram_tokens", "val_size", "train_reviews"), 0),
+            "seq_len": 1,
+        }
         for name, least in limits.items():
             check_at_least(self, least, (name,))
+        if self.train_reviews and self.architecture != LANGUAGE_MODEL:
+            raise ValueError(
+                f"train_reviews is for the {LANGUAGE_MODEL} preset: the classifiers train on "
+                "every training review (set train_reviews=0)"
+            )
         if self.embed_scale <= 0:
             raise ValueError(f"embed_scale must be positive, not {self.embed_scale}")
         if self.bigram_backoff and not (self.bigram_tokens and self.architecture == TRANSFORMER):

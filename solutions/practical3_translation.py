@@ -30,6 +30,8 @@
 # 5. `next_token_loss`: how wrong the predictions of the next character are, over the
 #    characters that count.
 # 6. `sample_next`: drawing the next character, with a temperature and top-k.
+# 7. `attend_with_cache`: self-attention for new positions only, with the keys and values
+#    of the earlier ones kept (a key/value cache), to write fast.
 #
 # It builds on your practical 2: `MaskedEmbedding`, `MultiheadAttention`,
 # `PositionwiseFeedForward` and `PositionalEncoding` are imported from it. Shapes are written
@@ -39,6 +41,8 @@
 
 # %%
 from __future__ import annotations
+
+from typing import NamedTuple
 
 import haiku as hk
 import jax
@@ -51,6 +55,7 @@ from .practical2_transformers import (
     MultiheadAttention,
     PositionalEncoding,
     PositionwiseFeedForward,
+    scaled_dot_product,
 )
 
 # %% active="ipynb"
@@ -329,7 +334,135 @@ def sample_next(
 
 
 # %% [markdown]
-# ## 7. Training the language model on reviews
+# ## 7. Writing faster: a key/value cache
+#
+# Writing calls the model once per new character. Run as in training, each call reads the
+# whole text again, although nothing about the earlier positions has changed: the causal
+# mask means a position never looks at what comes after it, so its key and value in every
+# block stay what they were. Keeping them (a *key/value cache*) makes each new character
+# cost the projections of one position and one row of attention over the positions so far.
+#
+# `attend_with_cache(attention, x, cache, at)` is the self-attention of a decoder block for
+# the new positions `at, at + 1, ..., at + S - 1` only (`x (B, S, D)`: the prompt at once,
+# `S` > 1, or one new character, `S` = 1). With the layers of your practical 2
+# `MultiheadAttention` (`attention.proj_q`, `proj_k`, `proj_v`, `proj_o`) and your
+# `scaled_dot_product`:
+#
+# 1. project `x` to queries, keys and values and split them into heads, `(B, h, S, D / h)`;
+# 2. write the new keys and values into the cache at positions `at .. at + S - 1` (axis 2
+#    of its `(B, h, W, D / h)` arrays); `at` is traced under `jax.jit`, so slice with
+#    `jax.lax.dynamic_update_slice_in_dim`, not with `[at:]`;
+# 3. let the query at position `at + i` attend to the cached keys `0 .. at + i`: itself and
+#    the past, never a later position (those may hold anything);
+# 4. merge the heads and apply `proj_o`, as in `MultiheadAttention`.
+#
+# Return the output `(B, S, D)` and the cache with the new keys and values. The course's
+# `language_model_step` below runs your own `CharLanguageModel` with every block's
+# self-attention answered by this function; the check compares it with your model run on
+# the whole text.
+
+
+# %%
+class LayerCache(NamedTuple):
+    """One block's keys and values at every position of the window, `(B, h, W, D / h)` each."""
+
+    keys: jax.Array
+    values: jax.Array
+
+
+def attend_with_cache(
+    attention: MultiheadAttention, x: jax.Array, cache: LayerCache, at: jax.Array
+) -> tuple[jax.Array, LayerCache]:
+    """Self-attention of positions `at .. at + S - 1` (`x (B, S, D)`) over every position up
+    to each: `(B, S, D)` and `cache` with their keys and values written in."""
+
+    # BEGIN SOLUTION
+    def split_heads(y: jax.Array) -> jax.Array:
+        y = y.reshape(*y.shape[:-1], attention.num_heads, attention.d_head)
+        return jnp.swapaxes(y, -2, -3)
+
+    queries = split_heads(attention.proj_q(x))
+    keys = jax.lax.dynamic_update_slice_in_dim(
+        cache.keys, split_heads(attention.proj_k(x)), at, axis=2
+    )
+    values = jax.lax.dynamic_update_slice_in_dim(
+        cache.values, split_heads(attention.proj_v(x)), at, axis=2
+    )
+    positions = at + jnp.arange(x.shape[-2])
+    visible = jnp.arange(keys.shape[2])[None, :] <= positions[:, None]  # (S, W)
+    out, _ = scaled_dot_product(queries, keys, values, visible)
+    out = jnp.swapaxes(out, -2, -3)
+    return attention.proj_o(out.reshape(*out.shape[:-2], -1)), LayerCache(keys, values)
+    # END SOLUTION
+
+
+# %% active="ipynb"
+# check("attention_cache", attend_with_cache)
+
+
+# %% [markdown]
+# The course's side of it (read, nothing to write): your modules run as you wrote them,
+# with each block's `attention` answered from its cache and the positions read from `at`.
+
+
+# %%
+class _AttentionFromCache:
+    """Stands in for a block's `attention` while the block reads new positions."""
+
+    def __init__(self, attention: MultiheadAttention, cache: LayerCache, at: jax.Array):
+        self.attention, self.cache, self.at = attention, cache, at
+
+    def __call__(self, q, k, v, mask=None):
+        # k, v and the mask are the new positions': the cache holds all of them
+        out, self.cache = attend_with_cache(self.attention, q, self.cache, self.at)
+        return out, None
+
+
+class _PositionsFrom:
+    """Stands in for `PositionalEncoding`: the rows of positions `at ..`, not `0 ..`."""
+
+    def __init__(self, positional: PositionalEncoding, config: LanguageModelConfig, at):
+        zeros = jnp.zeros((1, config.max_len, config.d_model), jnp.float32)
+        self.table = positional(zeros, is_train=False)[0]  # (W, D): what it adds
+        self.at = at
+
+    def __call__(self, x, is_train=False):
+        rows = jax.lax.dynamic_slice_in_dim(self.table, self.at, x.shape[-2], axis=0)
+        return x + rows
+
+
+def empty_caches(config: LanguageModelConfig, batch: int) -> list[LayerCache]:
+    """A cache of zeros for every block of the model."""
+    shape = (batch, config.num_heads, config.max_len, config.d_model // config.num_heads)
+    zeros = jnp.zeros(shape, jnp.float32)
+    return [LayerCache(zeros, zeros) for _ in range(config.num_layers)]
+
+
+def language_model_step(
+    input_ids: jax.Array,
+    caches: list[LayerCache],
+    at: jax.Array,
+    config: LanguageModelConfig,
+) -> tuple[jax.Array, list[LayerCache]]:
+    """Logits `(B, S, V)` of the characters `input_ids (B, S)` at positions `at ..`, reading
+    every block's cache (evaluation mode), and the caches with their keys and values."""
+    model = CharLanguageModel(config, name="char_lm")
+    blocks, positional = model.decoder.blocks, model.positional
+    cached = [_AttentionFromCache(b.attention, c, at) for b, c in zip(blocks, caches, strict=True)]
+    try:
+        for block, stand_in in zip(blocks, cached, strict=True):
+            block.attention = stand_in
+        model.positional = _PositionsFrom(positional, config, at)
+        logits = model(input_ids, jnp.ones_like(input_ids), is_train=False)
+    finally:  # the modules as they were, for any later call
+        for block, stand_in in zip(blocks, cached, strict=True):
+            block.attention = stand_in.attention
+        model.positional = positional
+    return logits, [stand_in.cache for stand_in in cached]
+
+
+# %% [markdown]
+# ## 8. Training the language model on reviews
 #
 # The text is the IMDB reviews themselves, read as characters: the course package cuts the
 # training reviews into windows of `seq_len` characters (128 for the `char-lm` preset),
@@ -387,15 +520,13 @@ def sample_next(
 
 
 # %% [markdown]
-# ## 8. Writing, one character at a time
+# ## 9. Writing, one character at a time
 #
-# To write, the model reads the text so far and draws the next character with your
-# `sample_next`. Run naively, every new character runs the whole model over the whole text
-# again, although the keys and values of the earlier positions never change: the causal
-# mask means a position never looks at what comes after it. The course's `Writer` keeps
-# them (a *key/value cache*): each new character then costs one position of attention over
-# the cached ones (`benchmarks/generation.py` measures the difference). It reads your
-# model's parameters, and checks once that it computes the same logits as your model.
+# The course's `Writer` reads the prompt once through `language_model_step` (your modules,
+# with your `attend_with_cache`), then draws each new character with your `sample_next`
+# and feeds it back: one position per character, the earlier ones read from the caches.
+# It first checks that the cached path gives your model's own logits on the prompt
+# (`benchmarks/generation.py` measures how much faster it is than reading the text again).
 #
 # Try other prompts, temperatures (0.5, 1.0, 1.5) and `top_k`.
 

@@ -9,6 +9,7 @@ import pytest
 from m2l_nlp.config import LanguageModelConfig
 from m2l_nlp.impl import load_practical
 from m2l_nlp.model import generation
+from m2l_nlp.model.language_models import cached_step
 from m2l_nlp.transform import funcs_from_stateful
 
 CONFIG = LanguageModelConfig(
@@ -26,18 +27,18 @@ def lm():
     params = funcs.init_params(jax.random.PRNGKey(0), ids, ids, True)
     rng = np.random.default_rng(0)  # away from the initial LayerNorms and zero biases
     params = jax.tree_util.tree_map(lambda p: p + 0.3 * rng.standard_normal(p.shape), params)
-    table = generation.position_table(p3.PositionalEncoding, CONFIG)
-    return p3, funcs, params, table
+    return p3, funcs, params, cached_step(CONFIG, p3)
 
 
 def test_the_cache_and_recomputing_give_the_same_logits_and_text(lm):
     """At every step both paths score the next character alike (float tolerance), and with
     one key they write the same characters."""
-    p3, funcs, params, table = lm
+    p3, funcs, params, step = lm
     prompt = np.array([[3, 5, 7, 2, 9], [4, 4, 1, 8, 6]], np.int32)
     key = jax.random.PRNGKey(3)
     knobs = dict(new_chars=12, sample=p3.sample_next, temperature=0.8, top_k=None)
-    cached = generation.generate(params, table, prompt, key, config=CONFIG, **knobs)
+    caches = p3.empty_caches(CONFIG, 2)
+    cached = generation.generate(params, caches, prompt, key, step=step, **knobs)
     apply = funcs.model_fw.apply
     plain = generation.generate_recomputing(
         params, prompt, key, apply=apply, window=CONFIG.max_len, **knobs
@@ -47,16 +48,18 @@ def test_the_cache_and_recomputing_give_the_same_logits_and_text(lm):
     assert cached.ids.shape == (2, 12) and len(set(np.asarray(cached.ids).ravel())) > 2
 
 
-def test_a_model_that_is_not_the_decoder_is_refused(lm):
-    p3, funcs, params, table = lm
+def test_a_cache_that_is_not_the_model_is_refused(lm):
+    p3, funcs, params, step = lm
     prompt = np.array([[3, 5, 7]], np.int32)
-    generation.check_cache(params, CONFIG, table, funcs.model_fw.apply, prompt)  # the same
+    caches = p3.empty_caches(CONFIG, 1)
+    generation.check_cache(params, caches, step, funcs.model_fw.apply, prompt)  # the same
 
-    def other(params, ids, mask):  # e.g. pre-LayerNorm blocks: other numbers
-        return funcs.model_fw.apply(params, ids, mask) + 1.0
+    def one_off(params, ids, caches, at):  # e.g. keys written one position late
+        logits, caches = step(params, ids, caches, at)
+        return logits + (at > 0), caches
 
-    with pytest.raises(ValueError, match="cannot use the key/value cache"):
-        generation.check_cache(params, CONFIG, table, other, prompt)
+    with pytest.raises(ValueError, match="attention_cache"):
+        generation.check_cache(params, caches, one_off, funcs.model_fw.apply, prompt)
 
 
 def test_generation_never_runs_past_the_window():

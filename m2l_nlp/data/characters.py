@@ -140,6 +140,7 @@ def prepare_characters(
     max_chars: int,
     val_size: int,
     test_size: int = 2000,
+    train_reviews: int = 0,
     seed: int = 0,
     cache_dir: str | os.PathLike | None = None,
     progress: bool = True,
@@ -148,7 +149,8 @@ def prepare_characters(
     the bundled reviews) as windows of ``width`` characters. The vocabulary (at most
     ``max_chars`` ids) is built from the training reviews alone; ``val_size`` of them are
     held out, and the first ``test_size`` test reviews (shuffled with ``seed``) are the
-    held-out text that the model and the baselines are scored on."""
+    held-out text that the model and the baselines are scored on. ``train_reviews`` > 0
+    keeps that many of the other training reviews (vocabulary and baselines included)."""
     from m2l_nlp.data.pipeline import SMALL_DATA, load_imdb
 
     source = SMALL_DATA if source == "small" else source
@@ -156,6 +158,7 @@ def prepare_characters(
     texts = list(train_df["text"])
     val_size = min(val_size, len(texts) // 5)
     held, kept = texts[:val_size], texts[val_size:]
+    kept = kept[:train_reviews] if train_reviews else kept
     test = list(test_df["text"][:test_size])
     vocab = build_vocab(kept, max_count=max_chars - 2)
     return CharData(

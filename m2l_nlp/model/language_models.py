@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import haiku as hk
@@ -24,6 +25,16 @@ def language_model(config: LanguageModelConfig, impl: Impl = "solutions") -> tup
         return practical.language_model_forward(input_ids, mask, is_train, config)
 
     return funcs_from_stateful(forward), practical
+
+
+def cached_step(config: LanguageModelConfig, practical: Any) -> Callable:
+    """``step(params, ids (B, S), caches, at)``: the practical's ``language_model_step``
+    (logits ``(B, S, V)`` and the caches), transformed with the forward's parameter names."""
+
+    def step(input_ids, caches, at):
+        return practical.language_model_step(input_ids, caches, at, config)
+
+    return hk.without_apply_rng(hk.transform(step)).apply
 
 
 def init_params(funcs: ModelFuncs, seed: int, width: int) -> hk.Params:

@@ -149,6 +149,7 @@ def run_training(request: TrainRequest, say: Callable[[str], None] = print) -> R
                 width=preset.seq_len,
                 max_chars=preset.vocab_size,
                 val_size=preset.val_size if request.val_size is None else request.val_size,
+                train_reviews=preset.train_reviews,
                 seed=request.seed,
                 cache_dir=request.cache_dir,
                 progress=request.progress,

@@ -25,7 +25,7 @@ from m2l_nlp import devices
 from m2l_nlp.config import LanguageModelConfig, Preset
 from m2l_nlp.data.characters import CharData, CharVocab
 from m2l_nlp.model import generation
-from m2l_nlp.model.language_models import init_params, language_model
+from m2l_nlp.model.language_models import cached_step, init_params, language_model
 from m2l_nlp.runs import folders as runs
 from m2l_nlp.runs.checkpoint import CheckpointError, _flatten, _unflatten
 from m2l_nlp.train import metrics
@@ -237,12 +237,12 @@ def load_checkpoint(path: Path) -> LanguageModelCheckpoint:
 
 
 class Writer:
-    """Continues text with a model, through the key/value cache (checked against the
-    model's own forward once)."""
+    """Continues text with a model through the practical's key/value cache (checked against
+    the model's own forward once)."""
 
     def __init__(self, funcs, practical, config: LanguageModelConfig, vocab: CharVocab):
         self.funcs, self.practical, self.config, self.vocab = funcs, practical, config, vocab
-        self.table = generation.position_table(practical.PositionalEncoding, config)
+        self.step = cached_step(config, practical)
         self.checked = False
 
     def sample(self, params: Any, prompt: str) -> str:
@@ -265,15 +265,16 @@ class Writer:
         """Up to ``max_chars`` characters after ``prompt`` (until ``stop``, if given)."""
         ids = self.vocab.encode(prompt)[None]
         generation.check_window(ids.shape[1], max_chars, self.config.max_len)
+        caches = self.practical.empty_caches(self.config, 1)
         if not self.checked:
-            generation.check_cache(params, self.config, self.table, self.funcs.model_fw.apply, ids)
+            generation.check_cache(params, caches, self.step, self.funcs.model_fw.apply, ids)
             self.checked = True
         new = generation.generate(
             params,
-            self.table,
+            caches,
             jnp.asarray(ids),
             jax.random.PRNGKey(seed),
-            config=self.config,
+            step=self.step,
             new_chars=max_chars,
             sample=self.practical.sample_next,
             temperature=temperature,

@@ -15,8 +15,9 @@ from m2l_nlp.grading.checks.tools import (
     perturb,
     run_haiku,
 )
-from m2l_nlp.grading.practicals.practical3.common import D
+from m2l_nlp.grading.practicals.practical3.common import D, H
 from m2l_nlp.grading.practicals.practical3.decoder import _block
+from m2l_nlp.grading.practicals.practical3.writing import _cached
 
 PRACTICAL = "practical3_translation"
 
@@ -24,8 +25,9 @@ longer = exercise(
     "decoder_beyond_the_examples",
     PRACTICAL,
     points=10,
-    targets=("DecoderBlock", "next_token_loss", "sample_next"),
-    title="the decoder on longer texts, the loss on a larger vocabulary, top-1 sampling",
+    targets=("DecoderBlock", "next_token_loss", "sample_next", "attend_with_cache"),
+    title="the decoder on longer texts, the loss on a larger vocabulary, top-1 sampling, "
+    "a cache filled to the end of its window",
     hidden=True,
 )
 
@@ -71,3 +73,21 @@ def check_top_one_is_the_arg_max(ctx):
                 f"with top_k=1 (temperature {temperature}) a row drew another id than its "
                 "largest logit"
             )
+
+
+@longer.check(gate=True, covers=("attend_with_cache",))
+def check_cache_to_the_end_of_the_window(ctx):
+    """A window of 40 whose last 7 positions are new (3 rows): output and cache match the
+    reference."""
+    rng = ctx.rng()
+    x = normal(rng, 3, 7, D)
+    keys, values = normal(rng, 3, H, 40, D // H), normal(rng, 3, H, 40, D // H)
+    at = np.int32(33)
+    params = perturb(run_haiku(_cached(), ctx.ref, None, x, keys, values, at), ctx.rng("params"))
+    want = run_haiku(_cached(), ctx.ref, params, x, keys, values, at)
+    got = run_haiku(_cached(), ctx.student, params, x, keys, values, at)
+    if not isinstance(got, tuple) or len(got) != 3:
+        fail("attend_with_cache should return (output, LayerCache(keys, values))")
+    expect_close(got[1], want[1], "the cache's keys (positions 33..39 of 40)")
+    expect_close(got[2], want[2], "the cache's values (positions 33..39 of 40)")
+    expect_close(got[0], want[0], "the output (positions 33..39 of 40)")

@@ -96,4 +96,46 @@ MUTANTS = {
             ],
         ),
     ],
+    "attention_cache": [
+        (
+            "cache not written",
+            [
+                (
+                    "-1)), LayerCache(keys, values)",
+                    "-1)), cache",
+                )
+            ],
+        ),
+        (
+            "written one late",
+            [
+                (
+                    "split_heads(attention.proj_k(x)), at, axis=2",
+                    "split_heads(attention.proj_k(x)), at + 1, axis=2",
+                ),
+                (
+                    "split_heads(attention.proj_v(x)), at, axis=2",
+                    "split_heads(attention.proj_v(x)), at + 1, axis=2",
+                ),
+            ],
+        ),
+        (
+            "later keys read",
+            [
+                (
+                    "out, _ = scaled_dot_product(queries, keys, values, visible)",
+                    "out, _ = scaled_dot_product(queries, keys, values)",
+                )
+            ],
+        ),
+        (
+            "new positions see each other",
+            [
+                (
+                    "positions = at + jnp.arange(x.shape[-2])",
+                    "positions = at + x.shape[-2] - 1 + 0 * jnp.arange(x.shape[-2])",
+                )
+            ],
+        ),
+    ],
 }

@@ -3,7 +3,8 @@ character language model.
 
 - :mod:`.decoder`: ``causal_mask``, ``decoder_block``, ``transformer_decoder``;
 - :mod:`.language_model`: ``language_model``, ``next_token_loss``, ``sample_next``;
+- :mod:`.writing`: ``attention_cache``;
 
-and :mod:`.common` holds what both use (sizes, padded batches, the check that no position
+and :mod:`.common` holds what they share (sizes, padded batches, the check that no position
 sees the future).
 """

@@ -1,0 +1,179 @@
+"""Graded checks of practical 3, writing fast: ``attention_cache`` (``attend_with_cache``,
+the self-attention of new positions over a key/value cache)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from m2l_nlp.grading.checks.registry import exercise
+from m2l_nlp.grading.checks.tools import (
+    builder,
+    expect_array,
+    expect_close,
+    fail,
+    normal,
+    perturb,
+    run_haiku,
+)
+from m2l_nlp.grading.practicals.practical3.common import PRACTICAL, B, D, H
+
+WINDOW = 8
+AT, NEW = 3, 2  # the new positions are 3 and 4 of the window
+
+cache = exercise(
+    "attention_cache",
+    PRACTICAL,
+    points=10,
+    targets=("attend_with_cache",),
+    uses=("MultiheadAttention", "scaled_dot_product"),
+    title="self-attention of new positions only, their keys and values written into a cache",
+)
+
+
+@builder
+def _cached():
+    def build(ns):
+        def forward(x, keys, values, at):
+            attention = ns.MultiheadAttention(D, H, name="attention")
+            out, new = ns.attend_with_cache(attention, x, ns.LayerCache(keys, values), at)
+            return out, new.keys, new.values
+
+        return forward
+
+    return build
+
+
+@builder
+def _whole():
+    """The reference's attention on the whole text with the causal mask: what the cache
+    must reproduce."""
+
+    def build(ns):
+        def forward(x):
+            causal = np.tril(np.ones((x.shape[1], x.shape[1]), np.int32))[None]
+            return ns.MultiheadAttention(D, H, name="attention")(x, x, x, causal)[0]
+
+        return forward
+
+    return build
+
+
+def _inputs(ctx):
+    """New positions' inputs `(B, NEW, D)`, a cache whose every position holds numbers
+    (those after the new positions must never be read), and perturbed parameters."""
+    rng = ctx.rng()
+    x = normal(rng, B, NEW, D)
+    shape = (B, H, WINDOW, D // H)
+    keys, values = normal(rng, *shape), normal(rng, *shape)
+    at = np.int32(AT)
+    params = perturb(run_haiku(_cached(), ctx.ref, None, x, keys, values, at), ctx.rng("params"))
+    return rng, x, keys, values, at, params
+
+
+def _where_written(got: np.ndarray, before: np.ndarray) -> list[int]:
+    """The positions (axis 2) where the returned cache differs from the one passed in."""
+    return [int(p) for p in np.flatnonzero(np.abs(got - before).max(axis=(0, 1, 3)) > 1e-6)]
+
+
+def _call(ctx, params, x, keys, values, at):
+    got = run_haiku(_cached(), ctx.student, params, x, keys, values, at)
+    if not isinstance(got, tuple) or len(got) != 3:
+        fail("attend_with_cache should return (output, LayerCache(keys, values))")
+    shape = (B, H, WINDOW, D // H)
+    out = expect_array(got[0], "the output", shape=(B, x.shape[1], D), axes="(B, S, D)")
+    new_keys = expect_array(got[1], "the cache's keys", shape=shape, axes="(B, h, W, D / h)")
+    new_values = expect_array(got[2], "the cache's values", shape=shape, axes="(B, h, W, D / h)")
+    return out, new_keys, new_values
+
+
+@cache.check(gate=True)
+def check_cache_matches_reference(ctx):
+    """Two new positions at 3 and 4 of a window of 8: the output and the returned keys and
+    values match the reference (under jax.jit, `at` traced)."""
+    _, x, keys, values, at, params = _inputs(ctx)
+    want = run_haiku(_cached(), ctx.ref, params, x, keys, values, at)
+    out, new_keys, new_values = _call(ctx, params, x, keys, values, at)
+    for name, got, before, right in (
+        ("keys", new_keys, keys, want[1]),
+        ("values", new_values, values, want[2]),
+    ):
+        written = _where_written(got, before)
+        hint = ""
+        if not written:
+            hint = (
+                f"The returned cache holds the {name} passed in: write the new positions' "
+                f"{name} in and return the new arrays (JAX arrays do not change in place)."
+            )
+        elif written != list(range(AT, AT + NEW)):
+            hint = (
+                f"Your cache changed at positions {written}, the new positions are "
+                f"{AT}..{AT + NEW - 1}: write at `at` along axis 2 "
+                "(jax.lax.dynamic_update_slice_in_dim(cache, new, at, axis=2))."
+            )
+        expect_close(got, right, f"the cache's {name}", hint=hint)
+    expect_close(
+        out,
+        want[0],
+        "the output of attend_with_cache",
+        hint="Each new query attends to the cached keys 0..its position, its own included; "
+        "then merge the heads and apply proj_o.",
+    )
+
+
+@cache.check
+def check_cache_reads_no_later_key(ctx):
+    """The query at position `at + i` ignores every key after it: the cache's later
+    positions and the later new positions."""
+    rng, x, keys, values, at, params = _inputs(ctx)
+    out = _call(ctx, params, x, keys, values, at)[0]
+    later = np.zeros((1, 1, WINDOW, 1), np.float32)
+    later[:, :, AT + NEW :] = 1.0
+    noise = later * normal(rng, *keys.shape)
+    moved = np.abs(_call(ctx, params, x, keys + noise, values + noise, at)[0] - out).max()
+    if moved > 1e-5:
+        fail(
+            f"changing the cache after the new positions (from {AT + NEW} on) changed the "
+            f"output by up to {moved:.3g}: a query may read positions 0..its own only "
+            f"(those after hold anything, never text)"
+        )
+    changed = x.copy()
+    changed[:, 1] += normal(rng, B, D)
+    moved = np.abs(_call(ctx, params, changed, keys, values, at)[0][:, 0] - out[:, 0]).max()
+    if moved > 1e-5:
+        fail(
+            f"the output at position {AT} changed (by up to {moved:.3g}) when only the input "
+            f"at {AT + 1} did: among the new positions too, a query sees itself and the "
+            "past, never the next one"
+        )
+
+
+@cache.check
+def check_cache_one_position_at_a_time(ctx):
+    """From an empty cache, 5 positions read one at a time, and all at once, give what
+    the reference's `MultiheadAttention` gives on the whole text with the causal mask."""
+    rng = ctx.rng()
+    n = 5
+    x = normal(rng, B, n, D)
+    empty = np.zeros((B, H, WINDOW, D // H), np.float32)
+    params = perturb(run_haiku(_whole(), ctx.ref, None, x), ctx.rng("params"))
+    want = run_haiku(_whole(), ctx.ref, params, x)
+    keys, values, outs = empty, empty, []
+    for at in range(n):
+        out, keys, values = _call(ctx, params, x[:, at : at + 1], keys, values, np.int32(at))
+        outs.append(out)
+    expect_close(
+        np.concatenate(outs, axis=1),
+        want,
+        "the output, one new position at a time",
+        hint="Each step must keep the keys and values of the earlier steps (the cache it "
+        "returns) and attend to positions 0..at.",
+        versus="MultiheadAttention on the whole text (causal mask)",
+    )
+    at_once = _call(ctx, params, x, empty, empty, np.int32(0))[0]
+    expect_close(
+        at_once,
+        want,
+        "the output, five new positions at once",
+        hint="The query at position at + i sees keys 0..at + i.",
+        versus="MultiheadAttention on the whole text (causal mask)",
+    )
