@@ -267,7 +267,7 @@ class Writer:
         generation.check_window(ids.shape[1], max_chars, self.config.max_len)
         caches = self.practical.empty_caches(self.config, 1)
         if not self.checked:
-            generation.check_cache(params, caches, self.step, self.funcs.model_fw.apply, ids)
+            generation.check_cache(params, caches, self.step, self.funcs.predict_fw, ids)
             self.checked = True
         new = generation.generate(
             params,

@@ -111,13 +111,38 @@ def check_cache_matches_reference(ctx):
                 "(jax.lax.dynamic_update_slice_in_dim(cache, new, at, axis=2))."
             )
         expect_close(got, right, f"the cache's {name}", hint=hint)
+    close = np.allclose(out, want[0], atol=1e-5, rtol=1e-4)
     expect_close(
         out,
         want[0],
         "the output of attend_with_cache",
-        hint="Each new query attends to the cached keys 0..its position, its own included; "
+        hint=""
+        if close
+        else _output_slip(ctx, params, x, keys, values, at, out)
+        or "Each new query attends to the cached keys 0..its position, its own included; "
         "then merge the heads and apply proj_o.",
     )
+
+
+def _output_slip(ctx, params, x, keys, values, at, out) -> str:
+    """Which keys a wrong output reads that it should not ('' if it reads none of them)."""
+    rng = ctx.rng("slip")
+    later = np.zeros((1, 1, WINDOW, 1), np.float32)
+    later[:, :, AT + NEW :] = 1.0
+    noise = later * normal(rng, *keys.shape)
+    if np.abs(_call(ctx, params, x, keys + noise, values + noise, at)[0] - out).max() > 1e-5:
+        return (
+            f"Your output reads the cache after the new positions (from {AT + NEW} on), "
+            "which holds no text yet: a query at position at + i sees keys 0..at + i only."
+        )
+    changed = x.copy()
+    changed[:, 1] += normal(rng, B, D)
+    if np.abs(_call(ctx, params, changed, keys, values, at)[0][:, 0] - out[:, 0]).max() > 1e-5:
+        return (
+            f"Your query at position {AT} reads the new key at {AT + 1}: among the new "
+            "positions too, each sees itself and the past only."
+        )
+    return ""
 
 
 @cache.check
