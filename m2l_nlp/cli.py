@@ -301,8 +301,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _print_result(run: Any, out: Path, elapsed: float) -> None:
+    from m2l_nlp.runs.language_model import LanguageModelRun
+
     history = run.history
-    language_model = not hasattr(run, "test")  # its test line came with the log
+    language_model = isinstance(run, LanguageModelRun)  # its test line came with the log
     if language_model:
         summary = ", ".join(f"{b:.3f}" for b in history.get("val_loss", []))
         print(f"validation bits per character per epoch: {summary or '-'}")

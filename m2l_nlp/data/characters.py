@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 import os
 from collections.abc import Iterable, Sequence
 
@@ -31,10 +32,14 @@ class CharVocab:
     def size(self) -> int:
         return len(self.chars) + 2
 
+    @functools.cached_property
+    def _ids(self) -> dict[str, int]:
+        return {c: i + 2 for i, c in enumerate(self.chars)}
+
     def encode(self, text: str) -> np.ndarray:
         """Ids ``(len(text),)``; a character outside the vocabulary is :data:`UNKNOWN`."""
-        table = {c: i + 2 for i, c in enumerate(self.chars)}
-        return np.fromiter((table.get(c, UNKNOWN) for c in text), np.int32, len(text))
+        ids = self._ids
+        return np.fromiter((ids.get(c, UNKNOWN) for c in text), np.int32, len(text))
 
     def decode(self, ids: Iterable[int]) -> str:
         """The text of ``ids``: padding is dropped, an unknown character shows as U+FFFD."""

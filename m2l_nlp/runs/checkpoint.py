@@ -61,11 +61,13 @@ def _flat_items(params: Any) -> Iterator[tuple[str, Any]]:
             yield f"{module}{SEP}{name}", value
 
 
-def _flatten(params: Any) -> dict[str, np.ndarray]:
+def flatten_params(params: Any) -> dict[str, np.ndarray]:
+    """Haiku parameters as one flat dict of arrays, for ``np.savez``."""
     return {key: np.asarray(value) for key, value in _flat_items(params)}
 
 
-def _unflatten(flat: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+def unflatten_params(flat: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndarray]]:
+    """The inverse of :func:`flatten_params`."""
     params: dict[str, dict[str, np.ndarray]] = {}
     for key, value in flat.items():
         module, _, name = key.rpartition(SEP)
@@ -90,7 +92,7 @@ def save_checkpoint(
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     old: Path | None = None  # a private folder the previous checkpoint waits in
     try:
-        np.savez(tmp / PARAMS_FILE, **_flatten(params))
+        np.savez(tmp / PARAMS_FILE, **flatten_params(params))
         (tmp / CONFIG_FILE).write_text(json_text(config.to_dict()))
         tokenizer.save(str(tmp / TOKENIZER_FILE))
         if bigram_table is not None:
@@ -227,7 +229,7 @@ def load_checkpoint(
             "build the model from the checkpoint's config or train a new checkpoint"
         )
     with _reading(path / PARAMS_FILE), np.load(path / PARAMS_FILE) as arrays:
-        params = _unflatten({k: arrays[k] for k in arrays.files})
+        params = unflatten_params({k: arrays[k] for k in arrays.files})
     _check_shapes(params, config)
     with _reading(path / TOKENIZER_FILE):
         tokenizer = Tokenizer.from_file(str(path / TOKENIZER_FILE))

@@ -27,7 +27,7 @@ from m2l_nlp.data.characters import CharData, CharVocab
 from m2l_nlp.model import generation
 from m2l_nlp.model.language_models import cached_step, init_params, language_model
 from m2l_nlp.runs import folders as runs
-from m2l_nlp.runs.checkpoint import CheckpointError, _flatten, _unflatten
+from m2l_nlp.runs.checkpoint import CheckpointError, flatten_params, unflatten_params
 from m2l_nlp.train import metrics
 from m2l_nlp.train.evaluation import evaluate
 from m2l_nlp.train.loop import StateMismatch, train
@@ -182,7 +182,7 @@ def save_run(out: Path, run: LanguageModelRun, no_test: bool) -> None:
     if not no_test:
         checkpoint = out / "checkpoint"
         checkpoint.mkdir()
-        np.savez(checkpoint / PARAMS_FILE, **_flatten(run.params))
+        np.savez(checkpoint / PARAMS_FILE, **flatten_params(run.params))
         write_json_atomic(checkpoint / CONFIG_FILE, dataclasses.asdict(run.config))
         write_json_atomic(checkpoint / CHARS_FILE, {"chars": run.vocab.chars})
         write_json_atomic(checkpoint / META_FILE, dict(run.metrics, history=run.history))
@@ -224,7 +224,7 @@ def load_checkpoint(path: Path) -> LanguageModelCheckpoint:
         config = LanguageModelConfig(**json.loads((path / CONFIG_FILE).read_text()))
         vocab = CharVocab(json.loads((path / CHARS_FILE).read_text())["chars"])
         with np.load(path / PARAMS_FILE) as arrays:
-            params = _unflatten({k: arrays[k] for k in arrays.files})
+            params = unflatten_params({k: arrays[k] for k in arrays.files})
         meta_file = path / META_FILE
         meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
     except (OSError, ValueError, KeyError, TypeError) as error:

@@ -309,3 +309,35 @@ def expect_dropout_only_in_training(
         hint="With a dropout rate of 0, training and evaluation must give the same output.",
         versus="your evaluation-mode output",
     )
+
+
+def compare_module(
+    ctx: Any,
+    build: BuildSpec,
+    *args: Any,
+    names: tuple[str, ...] = ("output",),
+    jit: bool = True,
+    hint: str = "",
+) -> tuple[Any, Any]:
+    """Initialise the reference, perturb the parameters, apply the reference and the
+    student's module with them and compare the outputs, one per name: ``(params, got)``."""
+    rng = ctx.rng("params")
+    params = perturb(run_haiku(build, ctx.ref, None, *args), rng)
+    want = run_haiku(build, ctx.ref, params, *args)
+    got = run_haiku(build, ctx.student, params, *args, jit=jit)
+    if len(names) == 1:
+        want, got = (want,), (got,)
+    elif not isinstance(got, tuple) or len(got) != len(names):
+        fail(f"should return a tuple ({', '.join(names)}); yours returned {kind_of(got)}")
+    for name, g, w in zip(names, got, want, strict=True):
+        expect_close(g, w, name, hint=hint)
+    return params, got
+
+
+def kind_of(value: Any) -> str:
+    """What a returned value is, in words (for a message)."""
+    if isinstance(value, tuple):
+        return f"a tuple of {len(value)} items"
+    if hasattr(value, "shape"):
+        return f"one array of shape {tuple(value.shape)}"
+    return type(value).__name__

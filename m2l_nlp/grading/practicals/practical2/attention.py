@@ -8,11 +8,13 @@ import numpy as np
 from m2l_nlp.grading.checks.registry import CheckFailure, exercise
 from m2l_nlp.grading.checks.tools import (
     builder,
+    compare_module,
     expect_array,
     expect_close,
     expect_rows_sum_to_one,
     fail,
     jitted,
+    kind_of,
     normal,
     perturb,
     run_haiku,
@@ -25,16 +27,14 @@ from m2l_nlp.grading.practicals.practical2.common import (
     E,
     H,
     S,
-    _compare_module,
     _ids_mask,
-    _kind,
     _mask,
 )
 
 
 def _expect_tuple(value, n: int, what: str):
     if not isinstance(value, (tuple, list)) or len(value) != n:
-        fail(f"{what} should return a tuple of {n} items; yours returned {_kind(value)}")
+        fail(f"{what} should return a tuple of {n} items; yours returned {kind_of(value)}")
     return value
 
 
@@ -209,8 +209,8 @@ def check_emb_shape_dtype(ctx):
 def check_emb_matches_reference(ctx):
     """Matches the reference for int and boolean masks (under jax.jit)."""
     ids, mask = _ids_mask(ctx.rng())
-    _compare_module(ctx, _emb_build, ids, mask, names=("the embeddings (int mask)",))
-    _compare_module(ctx, _emb_build, ids, mask.astype(bool), names=("the embeddings (bool mask)",))
+    compare_module(ctx, _emb_build, ids, mask, names=("the embeddings (int mask)",))
+    compare_module(ctx, _emb_build, ids, mask.astype(bool), names=("the embeddings (bool mask)",))
 
 
 @emb.check
@@ -364,7 +364,7 @@ def check_mha_masks(ctx):
             "(B, h, S_q, S_k) scores and hides keys (the last axis), never queries."
         )
         try:
-            _compare_module(
+            compare_module(
                 ctx,
                 _mha_build,
                 q,

@@ -8,10 +8,12 @@ import numpy as np
 from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.checks.tools import (
     builder,
+    compare_module,
     expect_array,
     expect_close,
     expect_dropout_only_in_training,
     fail,
+    kind_of,
     normal,
     perturb,
     run_haiku,
@@ -23,8 +25,6 @@ from m2l_nlp.grading.practicals.practical2.common import (
     D,
     H,
     S,
-    _compare_module,
-    _kind,
     _mask,
 )
 
@@ -73,7 +73,7 @@ def check_ffn_matches_reference(ctx):
     """Evaluation output `(B, S, D)` matches the reference (under jax.jit)."""
     x = normal(ctx.rng(), B, S, D)
     hint = _ffn_hint(ctx, x)
-    _compare_module(ctx, _ffn(0.1, False), x, names=("the output (evaluation mode)",), hint=hint)
+    compare_module(ctx, _ffn(0.1, False), x, names=("the output (evaluation mode)",), hint=hint)
 
 
 @ffn.check
@@ -129,7 +129,7 @@ def check_block_matches_reference(ctx):
     """Evaluation output matches the reference, with a padding mask (under jax.jit)."""
     rng = ctx.rng()
     x, pad = normal(rng, B, S, D), _mask(rng, B, S)
-    _compare_module(
+    compare_module(
         ctx,
         _block(0.1, False),
         x,
@@ -145,7 +145,7 @@ def check_block_return_attention(ctx):
     """`return_attention=True` gives `(out, weights)`; `False` gives one array."""
     rng = ctx.rng()
     x, pad = normal(rng, B, S, D), _mask(rng, B, S)
-    _compare_module(
+    compare_module(
         ctx,
         _block(0.1, False, True),
         x,
@@ -240,7 +240,7 @@ def check_encoder_matches_reference(ctx):
     """Evaluation output of 3 blocks matches the reference, with a mask (under jax.jit)."""
     rng = ctx.rng()
     x, pad = normal(rng, B, S, D), _mask(rng, B, S)
-    _compare_module(
+    compare_module(
         ctx,
         _encoder(0.1, False),
         x,
@@ -262,7 +262,7 @@ def check_attention_maps(ctx):
     if not isinstance(got, (list, tuple)) or len(got) != LAYERS:
         fail(
             f"get_attention_maps should return a list with one map per block ({LAYERS} here); "
-            f"yours returned {_kind(got) if not isinstance(got, list) else f'{len(got)} items'}"
+            f"yours returned {kind_of(got) if not isinstance(got, list) else f'{len(got)} items'}"
         )
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         expect_close(

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from m2l_nlp.grading.checks.tools import expect_close, fail, perturb, run_haiku
-
 PRACTICAL = "practical2_transformers"
 
 B, S, D, H, FF = 2, 5, 12, 3, 20  # d_head = 4 != H, so a head split in the wrong order shows
@@ -29,26 +27,3 @@ def _ids_mask(rng, batch=B, length=S):
     mask = _mask(rng, batch, length)
     ids[mask == 0] = 0
     return ids, mask
-
-
-def _compare_module(ctx, build, *args, names=("output",), jit=True, hint=""):
-    """Init the reference, perturb the params, apply reference and student, compare outputs."""
-    rng = ctx.rng("params")
-    params = perturb(run_haiku(build, ctx.ref, None, *args), rng)
-    want = run_haiku(build, ctx.ref, params, *args)
-    got = run_haiku(build, ctx.student, params, *args, jit=jit)
-    if len(names) == 1:
-        want, got = (want,), (got,)
-    elif not isinstance(got, tuple) or len(got) != len(names):
-        fail(f"should return a tuple ({', '.join(names)}); yours returned {_kind(got)}")
-    for name, g, w in zip(names, got, want, strict=True):
-        expect_close(g, w, name, hint=hint)
-    return params, got
-
-
-def _kind(value) -> str:
-    if isinstance(value, tuple):
-        return f"a tuple of {len(value)} items"
-    if hasattr(value, "shape"):
-        return f"one array of shape {tuple(value.shape)}"
-    return type(value).__name__

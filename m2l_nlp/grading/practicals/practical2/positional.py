@@ -8,6 +8,7 @@ import numpy as np
 from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.checks.tools import (
     builder,
+    compare_module,
     expect_array,
     expect_close,
     expect_dropout_only_in_training,
@@ -21,7 +22,6 @@ from m2l_nlp.grading.practicals.practical2.common import (
     B,
     D,
     S,
-    _compare_module,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -135,7 +135,7 @@ def check_adds_table(ctx):
     """In evaluation, the output is `x + table[:S]` (under jax.jit)."""
     rng = ctx.rng()
     x = normal(rng, B, S, D)
-    _compare_module(
+    compare_module(
         ctx,
         _pe(0.1, False),
         x,
