@@ -420,14 +420,16 @@ PRESETS["unigram"] = dataclasses.replace(
 
 PRESETS["char-lm"] = Preset(
     "practical 3: a character language model of IMDB reviews (at most 158 characters, "
-    "the most frequent), 4 decoder blocks, d_model 128, windows of 128 characters, 2 epochs",
+    "the most frequent), 2 decoder blocks, d_model 128, no dropout, windows of 128 "
+    "characters, one epoch over 10,000 training reviews at a learning rate of 1e-2 "
+    "(about 10 minutes on a 2-core CPU)",
     vocab_size=160,
     seq_len=128,
-    model=dict(num_layers=4, num_heads=4, d_model=128, d_ff=512, p_dropout=0.1),
+    model=dict(num_layers=2, num_heads=4, d_model=128, d_ff=512, p_dropout=0.0),
     train=dict(
-        epochs=2,
+        epochs=1,
         batch_size=64,
-        learning_rate=2e-3,
+        learning_rate=1e-2,
         weight_decay=0.01,
         crop_len=128,
         warmup_fraction=0.02,
@@ -435,6 +437,7 @@ PRESETS["char-lm"] = Preset(
     ),
     val_size=500,  # reviews held out of the training split, read every epoch
     architecture=LANGUAGE_MODEL,
+    train_reviews=10000,
 )
 
 SMALL_DATA_PRESET = "demo"  # what `--data small` trains when no preset is named
