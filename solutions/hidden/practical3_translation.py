@@ -17,7 +17,7 @@ from m2l_nlp.grading.checks.tools import (
 )
 from m2l_nlp.grading.practicals.practical3.common import D, H
 from m2l_nlp.grading.practicals.practical3.decoder import _block
-from m2l_nlp.grading.practicals.practical3.writing import _cached
+from m2l_nlp.grading.practicals.practical3.writing import RETURNS, _cached
 
 PRACTICAL = "practical3_translation"
 
@@ -87,7 +87,7 @@ def check_cache_to_the_end_of_the_window(ctx):
     want = run_haiku(_cached(), ctx.ref, params, x, keys, values, at)
     got = run_haiku(_cached(), ctx.student, params, x, keys, values, at)
     if not isinstance(got, tuple) or len(got) != 3:
-        fail("attend_with_cache should return (output, LayerCache(keys, values))")
+        fail(RETURNS)
     expect_close(got[1], want[1], "the cache's keys (positions 33..39 of 40)")
     expect_close(got[2], want[2], "the cache's values (positions 33..39 of 40)")
     expect_close(got[0], want[0], "the output (positions 33..39 of 40)")

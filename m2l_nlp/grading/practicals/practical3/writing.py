@@ -3,6 +3,9 @@ the self-attention of new positions over a key/value cache)."""
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
+import haiku as hk
 import numpy as np
 
 from m2l_nlp.grading.checks.registry import exercise
@@ -17,6 +20,7 @@ from m2l_nlp.grading.checks.tools import (
 )
 from m2l_nlp.grading.practicals.practical3.common import PRACTICAL, B, D, H
 
+RETURNS = "attend_with_cache should return (output, LayerCache(keys, values))"
 WINDOW = 8
 AT, NEW = 3, 2  # the new positions are 3 and 4 of the window
 
@@ -25,18 +29,36 @@ cache = exercise(
     PRACTICAL,
     points=10,
     targets=("attend_with_cache",),
-    uses=("MultiheadAttention", "scaled_dot_product"),
+    uses=("scaled_dot_product",),
     title="self-attention of new positions only, their keys and values written into a cache",
 )
+
+
+class _Layers(hk.Module):
+    """The layers of practical 2's ``MultiheadAttention`` (its given ``__init__``), all that
+    ``attend_with_cache`` reads: the check does not depend on the student's practical 2."""
+
+    def __init__(self, d_model: int, num_heads: int):
+        super().__init__(name="attention")
+        self.num_heads, self.d_head = num_heads, d_model // num_heads
+        self.proj_q, self.proj_k, self.proj_v, self.proj_o = (
+            hk.Linear(d_model, name=f"proj_{p}") for p in "qkvo"
+        )
+
+
+class _Cache(NamedTuple):
+    keys: Any
+    values: Any
 
 
 @builder
 def _cached():
     def build(ns):
         def forward(x, keys, values, at):
-            attention = ns.MultiheadAttention(D, H, name="attention")
-            out, new = ns.attend_with_cache(attention, x, ns.LayerCache(keys, values), at)
-            return out, new.keys, new.values
+            got = ns.attend_with_cache(_Layers(D, H), x, _Cache(keys, values), at)
+            if not (isinstance(got, tuple) and len(got) == 2 and isinstance(got[1], tuple)):
+                raise TypeError(RETURNS)
+            return got[0], *got[1]
 
         return forward
 
@@ -78,7 +100,7 @@ def _where_written(got: np.ndarray, before: np.ndarray) -> list[int]:
 def _call(ctx, params, x, keys, values, at):
     got = run_haiku(_cached(), ctx.student, params, x, keys, values, at)
     if not isinstance(got, tuple) or len(got) != 3:
-        fail("attend_with_cache should return (output, LayerCache(keys, values))")
+        fail(RETURNS)
     shape = (B, H, WINDOW, D // H)
     out = expect_array(got[0], "the output", shape=(B, x.shape[1], D), axes="(B, S, D)")
     new_keys = expect_array(got[1], "the cache's keys", shape=shape, axes="(B, h, W, D / h)")
