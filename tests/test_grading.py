@@ -30,6 +30,7 @@ from m2l_nlp.grading.checks.report import score_table
 from m2l_nlp.grading.checks.runner import (
     CheckResult,
     ExerciseResult,
+    blame_earlier,
     describe_error,
     outcome,
     reference,
@@ -1198,3 +1199,21 @@ def test_a_named_slip_gets_a_hint_that_names_it(tmp_path, name, edits, check, hi
     messages = {c.check: c.message for c in result.checks}
     assert hint in messages[check], messages[check]
     assert "Is the softmax taken over the last axis?" not in messages[check]
+
+
+def test_a_note_names_a_failing_earlier_exercise_but_never_a_hidden_one():
+    """A failed exercise that calls earlier work is told which earlier exercise fails; a
+    hidden one failing says nothing (a visible note would tell how the hidden one went)."""
+    earlier = Exercise("attention", "p", 10, ("attend",))
+    hidden = Exercise("attention_beyond", "p", 10, ("attend",), hidden=True)
+    later = Exercise("decoder", "p", 10, ("Decoder",), uses=("attend",))
+
+    def graded(ex: Exercise, status: str) -> ExerciseResult:
+        return ExerciseResult(ex, [CheckResult(ex.name, "c", status)])
+
+    for first, named in ((earlier, True), (hidden, False)):
+        results = [graded(first, "failed"), graded(later, "failed")]
+        blame_earlier(results)
+        assert ("attention" in results[1].note) is named, results[1].note
+        if named:
+            assert results[1].note.startswith("note: this exercise calls your attend")

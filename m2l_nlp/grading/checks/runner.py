@@ -387,7 +387,8 @@ class ExerciseResult:
 
 def blame_earlier(results: list[ExerciseResult]) -> None:
     """Where a failed exercise ran the student's own earlier work (no reference stood in for
-    it), set its note to name the earlier exercise that fails too: fix that one first."""
+    it), set its note to name the earlier exercise that fails too: fix that one first. A
+    hidden exercise is never named: a visible note must not tell how a hidden one went."""
     failing: dict[str, str] = {}  # target name -> the failed exercise that defines it
     for r in results:
         culprits = {n: failing[n] for n in r.exercise.uses if n in failing}
@@ -399,7 +400,7 @@ def blame_earlier(results: list[ExerciseResult]) -> None:
                 f"note: this exercise calls your {names}, and {where}: fix that first, "
                 "then this one may pass as it is"
             )
-        if r.status != "passed":
+        if r.status != "passed" and not r.exercise.hidden:
             failing.update(dict.fromkeys(r.exercise.targets, r.exercise.name))
 
 
