@@ -83,6 +83,7 @@ from m2l_nlp.grading.trusted.limits import (
 )
 from m2l_nlp.grading.trusted.recording import record
 from m2l_nlp.grading.trusted.remote import (
+    READABLE,
     OutOfTime,
     RemoteNamespace,
     Worker,
@@ -718,17 +719,22 @@ _CAN_OPEN = (
 def readable_by(user: tuple[int, int], paths: Sequence[Path], mode: str = "r") -> list[str]:
     """Those of ``paths`` that ``user`` can open (``mode`` "r") or write in ("w"), asked as
     that user."""
-    done = subprocess.run(
-        [sys.executable, "-I", "-S", "-c", _CAN_OPEN],
-        input=json.dumps([[os.path.abspath(p) for p in paths], mode]),
-        capture_output=True,
-        text=True,
-        user=user[0],
-        group=user[1],
-        extra_groups=[],
-        cwd="/",
-        timeout=60,
-    )
+    try:
+        done = subprocess.run(
+            [sys.executable, "-I", "-S", "-c", _CAN_OPEN],
+            input=json.dumps([[os.path.abspath(p) for p in paths], mode]),
+            capture_output=True,
+            text=True,
+            user=user[0],
+            group=user[1],
+            extra_groups=[],
+            cwd="/",
+            timeout=60,
+        )
+    except PermissionError as err:  # this Python is under a folder that user cannot enter
+        raise WorkerUnavailable(
+            f"user {user[0]} may not run {sys.executable} ({err.strerror}): {READABLE}"
+        ) from None
     if done.returncode != 0:
         return [str(p) for p in paths]  # cannot tell: as if it could
     return json.loads(done.stdout)

@@ -164,7 +164,7 @@ def kill_descendants(keep: set[int] = frozenset(), rounds: int = 200) -> int:
     return len(killed)
 
 
-_READABLE = (
+READABLE = (
     "install Python and the course where every user can read them (the autograder's setup.sh "
     f"does), or set {USER_ENV}=root to run student code as yourself (local trials only)"
 )
@@ -181,7 +181,7 @@ def check_workers_start(cwd: Path, user: tuple[int, int] | None, limit: float) -
     except (WorkerLost, WorkerStopped) as err:
         who = f"user {user[0]}" if user else "this user"
         raise WorkerUnavailable(
-            f"{who} cannot start the process that runs student code ({err}): {_READABLE}"
+            f"{who} cannot start the process that runs student code ({err}): {READABLE}"
         ) from None
     finally:
         worker.kill()
@@ -262,7 +262,7 @@ class Worker:
         except PermissionError as err:
             who = f"user {extra['user']}" if extra else "this user"
             raise WorkerUnavailable(
-                f"{who} may not run {sys.executable} ({err.strerror}): {_READABLE}"
+                f"{who} may not run {sys.executable} ({err.strerror}): {READABLE}"
             ) from None
 
     def _timeout(self) -> float:
