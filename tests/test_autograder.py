@@ -36,9 +36,17 @@ from m2l_nlp.impl import load_practical
 
 ROOT = Path(__file__).resolve().parent.parent
 P1, P2, P3 = "practical1_baselines", "practical2_transformers", "practical3_translation"
-FULL = 180  # of practicals 1 and 2: 170 in the students' copy, 10 of the hidden checks
-P1_POINTS, P2_POINTS = 70, 110
-P3_POINTS = 75  # practical 3: 65, and 10 of its hidden checks (only the honest submission has it)
+
+
+def _points_of(practical: str) -> int:
+    """A practical's points on the autograder: its exercises' and its hidden checks'."""
+    exercises = load_exercises(ROOT, hidden=True).values()
+    return sum(ex.points for ex in exercises if ex.practical == practical)
+
+
+P1_POINTS, P2_POINTS = _points_of(P1), _points_of(P2)
+FULL = P1_POINTS + P2_POINTS  # of practicals 1 and 2, hidden checks included
+P3_POINTS = _points_of(P3)  # only the honest submission has practical 3
 ROOT_ONLY = os.geteuid() == 0  # file modes, links to root-only files and users need root
 CASES = "cases-7e4a"  # the batch's folder: no student's process may learn its name
 LIMITS = ("RLIMIT_AS", "RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CORE")
