@@ -77,3 +77,36 @@ def test_predict_and_generate_each_refuse_the_others_checkpoint(tmp_path):
         checkpoint.load_checkpoint(lm)
     with pytest.raises(checkpoint.CheckpointError, match="m2l-nlp predict --checkpoint"):
         language_model.load_checkpoint(classifier)
+
+
+def test_a_writer_without_a_working_cache_writes_the_same_text_more_slowly(capsys):
+    """An unfinished or wrong `attend_with_cache` does not stop a run's samples: the Writer
+    says so in one line and reads the whole window for every character instead."""
+    import types
+
+    import jax
+    import numpy as np
+
+    from m2l_nlp.config import LanguageModelConfig
+    from m2l_nlp.data.characters import CharVocab
+    from m2l_nlp.model.language_models import init_params, language_model
+    from m2l_nlp.runs.language_model import Writer
+
+    config = LanguageModelConfig(
+        vocab_size=12, num_layers=1, num_heads=2, d_model=16, d_ff=32, max_len=24
+    )
+    funcs, p3 = language_model(config)
+    params = init_params(funcs, 0, config.max_len)
+    rng = np.random.default_rng(0)  # away from the initial LayerNorms and zero biases
+    params = jax.tree_util.tree_map(lambda p: p + 0.3 * rng.standard_normal(p.shape), params)
+    vocab = CharVocab("abcdefghij")
+
+    def unfinished(*args):
+        raise NotImplementedError("attend_with_cache: not implemented yet")
+
+    broken = types.SimpleNamespace(**{**vars(p3), "language_model_step": unfinished})
+    good = Writer(funcs, p3, config, vocab).write(params, "abc", 12, seed=3)
+    assert capsys.readouterr().err == ""
+    plain = Writer(funcs, broken, config, vocab).write(params, "abc", 12, seed=3)
+    assert plain == good and len(good) >= 6  # (a drawn padding id writes nothing)
+    assert capsys.readouterr().err.count("\n") == 1

@@ -131,8 +131,8 @@ def check_cache(params: Any, caches: Any, step: Step, apply: Callable, prompt: n
     for got in (at_once, np.concatenate(one_by_one, axis=1)):
         if want.shape != got.shape or not np.allclose(want, got, atol=1e-3, rtol=1e-3):
             raise ValueError(
-                "the key/value cache does not give this model's own logits, so it cannot "
-                "write with it: check attend_with_cache with `pytest -m attention_cache`"
+                "the key/value cache does not give this model's own logits (check "
+                "attend_with_cache with `pytest -m attention_cache`)"
             )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -237,19 +238,30 @@ def load_checkpoint(path: Path) -> LanguageModelCheckpoint:
 
 
 class Writer:
-    """Continues text with a model through the practical's key/value cache (checked against
-    the model's own forward once)."""
+    """Continues text with a model through the practical's key/value cache, checked once
+    against the model's own forward; without it (said in one line) where the cache does
+    not give the model's logits, so that an unfinished ``attend_with_cache`` never stops a
+    run."""
 
     def __init__(self, funcs, practical, config: LanguageModelConfig, vocab: CharVocab):
         self.funcs, self.practical, self.config, self.vocab = funcs, practical, config, vocab
         self.step = cached_step(config, practical)
-        self.checked = False
+        self.cached: bool | None = None  # None: not checked yet
 
     def sample(self, params: Any, prompt: str) -> str:
         """A continuation of ``prompt``, as long as the window allows (at most
         ``SAMPLE_CHARS``), to show what the model writes."""
         room = self.config.max_len - len(prompt)
         return self.write(params, prompt, min(SAMPLE_CHARS, room)) if room > 0 else ""
+
+    def _check(self, params: Any, ids: np.ndarray) -> bool:
+        caches = self.practical.empty_caches(self.config, 1)
+        try:
+            generation.check_cache(params, caches, self.step, self.funcs.predict_fw, ids)
+        except (ValueError, NotImplementedError) as error:
+            print(f"note: {error}; writing without it (slower)", file=sys.stderr)
+            return False
+        return True
 
     def write(
         self,
@@ -265,20 +277,24 @@ class Writer:
         """Up to ``max_chars`` characters after ``prompt`` (until ``stop``, if given)."""
         ids = self.vocab.encode(prompt)[None]
         generation.check_window(ids.shape[1], max_chars, self.config.max_len)
-        caches = self.practical.empty_caches(self.config, 1)
-        if not self.checked:
-            generation.check_cache(params, caches, self.step, self.funcs.predict_fw, ids)
-            self.checked = True
-        new = generation.generate(
-            params,
-            caches,
-            jnp.asarray(ids),
-            jax.random.PRNGKey(seed),
-            step=self.step,
+        if self.cached is None:
+            self.cached = self._check(params, ids)
+        knobs = dict(
             new_chars=max_chars,
             sample=self.practical.sample_next,
             temperature=temperature,
             top_k=top_k,
-        ).ids
+        )
+        key = jax.random.PRNGKey(seed)
+        if self.cached:
+            caches = self.practical.empty_caches(self.config, 1)
+            new = generation.generate(
+                params, caches, jnp.asarray(ids), key, step=self.step, **knobs
+            ).ids
+        else:
+            apply, window = self.funcs.model_fw.apply, self.config.max_len
+            new = generation.generate_recomputing(
+                params, jnp.asarray(ids), key, apply=apply, window=window, **knobs
+            ).ids
         stop_id = None if stop is None else int(self.vocab.encode(stop)[0])
         return self.vocab.decode(generation.stop_at(np.asarray(new[0]), stop_id))
