@@ -146,20 +146,28 @@ def check_cache_matches_reference(ctx):
     )
 
 
-def _output_slip(ctx, params, x, keys, values, at, out) -> str:
-    """Which keys a wrong output reads that it should not ('' if it reads none of them)."""
-    rng = ctx.rng("slip")
+def _reads_ahead(ctx, rng, params, x, keys, values, at, out) -> tuple[float, float]:
+    """How much ``out`` moves when the cache after the new positions changes, and how much
+    its first new position moves when the second one's input changes (both 0 if right)."""
     later = np.zeros((1, 1, WINDOW, 1), np.float32)
     later[:, :, AT + NEW :] = 1.0
     noise = later * normal(rng, *keys.shape)
-    if np.abs(_call(ctx, params, x, keys + noise, values + noise, at)[0] - out).max() > 1e-5:
+    by_cache = np.abs(_call(ctx, params, x, keys + noise, values + noise, at)[0] - out).max()
+    changed = x.copy()
+    changed[:, 1] += normal(rng, B, D)
+    by_next = np.abs(_call(ctx, params, changed, keys, values, at)[0][:, 0] - out[:, 0]).max()
+    return float(by_cache), float(by_next)
+
+
+def _output_slip(ctx, params, x, keys, values, at, out) -> str:
+    """Which keys a wrong output reads that it should not ('' if it reads none of them)."""
+    by_cache, by_next = _reads_ahead(ctx, ctx.rng("slip"), params, x, keys, values, at, out)
+    if by_cache > 1e-5:
         return (
             f"Your output reads the cache after the new positions (from {AT + NEW} on), "
             "which holds no text yet: a query at position at + i sees keys 0..at + i only."
         )
-    changed = x.copy()
-    changed[:, 1] += normal(rng, B, D)
-    if np.abs(_call(ctx, params, changed, keys, values, at)[0][:, 0] - out[:, 0]).max() > 1e-5:
+    if by_next > 1e-5:
         return (
             f"Your query at position {AT} reads the new key at {AT + 1}: among the new "
             "positions too, each sees itself and the past only."
@@ -173,23 +181,17 @@ def check_cache_reads_no_later_key(ctx):
     positions and the later new positions."""
     rng, x, keys, values, at, params = _inputs(ctx)
     out = _call(ctx, params, x, keys, values, at)[0]
-    later = np.zeros((1, 1, WINDOW, 1), np.float32)
-    later[:, :, AT + NEW :] = 1.0
-    noise = later * normal(rng, *keys.shape)
-    moved = np.abs(_call(ctx, params, x, keys + noise, values + noise, at)[0] - out).max()
-    if moved > 1e-5:
+    by_cache, by_next = _reads_ahead(ctx, rng, params, x, keys, values, at, out)
+    if by_cache > 1e-5:
         fail(
             f"changing the cache after the new positions (from {AT + NEW} on) changed the "
-            f"output by up to {moved:.3g}: a query may read positions 0..its own only "
+            f"output by up to {by_cache:.3g}: a query may read positions 0..its own only "
             f"(those after hold anything, never text)"
         )
-    changed = x.copy()
-    changed[:, 1] += normal(rng, B, D)
-    moved = np.abs(_call(ctx, params, changed, keys, values, at)[0][:, 0] - out[:, 0]).max()
-    if moved > 1e-5:
+    if by_next > 1e-5:
         fail(
-            f"the output at position {AT} changed (by up to {moved:.3g}) when only the input "
-            f"at {AT + 1} did: among the new positions too, a query sees itself and the "
+            f"the output at position {AT} changed (by up to {by_next:.3g}) when only the "
+            f"input at {AT + 1} did: among the new positions too, a query sees itself and the "
             "past, never the next one"
         )
 
