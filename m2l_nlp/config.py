@@ -140,6 +140,29 @@ class LanguageModelConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class TranslationConfig:
+    """Sizes of practical 3's encoder-decoder Transformer (English to Greek).
+
+    One vocabulary serves both languages (a shared tokenizer), and ``max_len`` bounds both
+    sides: a source of at most ``max_len`` tokens, a translation of at most ``max_len``
+    tokens, its end token included."""
+
+    vocab_size: int = 8000
+    num_layers: int = 2  # encoder blocks, and as many decoder blocks
+    num_heads: int = 4
+    d_model: int = 128
+    d_ff: int = 512
+    p_dropout: float = 0.1
+    max_len: int = 32
+
+    def __post_init__(self) -> None:
+        check_field_types(self)
+        check_at_least(self, 1, ("vocab_size", "num_layers", "d_ff", "max_len"))
+        check_heads(self)
+        check_fraction(self, ("p_dropout",))
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainSettings:
     """How to train: optimisation, schedule, cropping and evaluation settings."""
 

@@ -42,19 +42,22 @@
 # %%
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import haiku as hk
 import jax
 import jax.numpy as jnp
 
-from m2l_nlp.config import LanguageModelConfig
+from m2l_nlp.config import LanguageModelConfig, TranslationConfig
+from m2l_nlp.data.tokenization import BOS_ID, PAD_ID
 
 from .practical2_transformers import (
     MaskedEmbedding,
     MultiheadAttention,
     PositionalEncoding,
     PositionwiseFeedForward,
+    TransformerEncoder,
     scaled_dot_product,
 )
 
@@ -421,7 +424,9 @@ class _AttentionFromCache:
 class _PositionsFrom:
     """Stands in for `PositionalEncoding`: the rows of positions `at ..`, not `0 ..`."""
 
-    def __init__(self, positional: PositionalEncoding, config: LanguageModelConfig, at):
+    def __init__(
+        self, positional: PositionalEncoding, config: LanguageModelConfig | TranslationConfig, at
+    ):
         zeros = jnp.zeros((1, config.max_len, config.d_model), jnp.float32)
         self.table = positional(zeros, is_train=False)[0]  # (W, D): what it adds
         self.at = at
@@ -431,7 +436,7 @@ class _PositionsFrom:
         return x + rows
 
 
-def empty_caches(config: LanguageModelConfig, batch: int) -> list[LayerCache]:
+def empty_caches(config: LanguageModelConfig | TranslationConfig, batch: int) -> list[LayerCache]:
     """A cache of zeros for every block of the model."""
     shape = (batch, config.num_heads, config.max_len, config.d_model // config.num_heads)
     zeros = jnp.zeros(shape, jnp.float32)
@@ -554,3 +559,386 @@ def language_model_step(
 # ids = data.vocab.encode(text)[None]
 # maps = funcs_from_stateful(attention_maps).predict_fw(result.params, ids, np.ones_like(ids))
 # plotting.plot_attention_maps(maps, tokens=list(text), title="Decoder attention after training")
+
+
+# %% [markdown]
+# # Part 2: the full Transformer, translating English to Greek
+#
+# A translator reads a whole English sentence, then writes its Greek one token at a time.
+# The encoder of practical 2 reads the source: every English token looks at every other
+# one. The decoder writes the target as the language model wrote reviews, each position
+# seeing itself and the past only, with one more sub-layer in every block: **cross-attention**,
+# where the Greek positions ask questions (queries) and the encoder's output answers them
+# (keys and values). That is where the model learns which English words to read for the
+# Greek word it is about to write.
+#
+# The pieces, in the order you write them:
+#
+# 10. `TranslationBlock`: masked self-attention, cross-attention over the encoder's
+#     output, feed-forward.
+# 11. `Transformer`: `encode`, `decode`, and the two together.
+# 12. `shift_right`: what the decoder reads while training (teacher forcing).
+# 13. `sequence_loss`: how wrong the predicted tokens are, over the real ones only.
+# 14. `greedy_decode`: writing a translation, one most likely token at a time, until the
+#     end token.
+#
+# The sentences are Tatoeba's English-Greek pairs (tatoeba.org, CC BY 2.0 FR), split into
+# one tokenizer's pieces: the same Unigram vocabulary for both languages. Token ids 0, 1 and
+# 2 are padding, the start token and the end token.
+
+
+# %% [markdown]
+# ## 10. The decoder block with cross-attention
+#
+# Three sub-layers, each wrapped as in the encoder (`x = LayerNorm(x + Dropout(SubLayer(x)))`):
+#
+# 1. **masked self-attention** over the target `x (B, T, D)`: as in `DecoderBlock`, a key is
+#    visible when it is not in the future (the causal mask) and not padding (`target_mask
+#    (B, T)`);
+# 2. **cross-attention**: queries from the decoder (the output of step 1), keys and values
+#    from the encoder's output `memory (B, S, D)`, with the source's padding mask
+#    (`source_mask (B, S)`): a Greek position may read every real English token, never the
+#    source's padding. There is no causal mask here: the whole source is known;
+# 3. the **feed-forward** network (hand it `is_train`).
+#
+# Return the block's output and both attention maps: the self-attention's `(B, h, T, T)`
+# and the cross-attention's `(B, h, T, S)`, which we plot as an alignment of Greek tokens
+# against English ones.
+
+
+# %%
+class TranslationBlock(hk.Module):
+    """Masked self-attention, cross-attention over the encoder's output, and feed-forward,
+    each with a residual connection and post-LayerNorm."""
+
+    def __init__(
+        self,
+        d_model: int,
+        num_heads: int,
+        d_ff: int,
+        p_dropout: float,
+        name: str | None = None,
+    ):
+        super().__init__(name=name)
+        self.p_dropout = p_dropout
+        self.self_attention = MultiheadAttention(d_model, num_heads, name="self_attention")
+        self.cross_attention = MultiheadAttention(d_model, num_heads, name="cross_attention")
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, p_dropout, name="feed_forward")
+        self.norm_1 = hk.LayerNorm(axis=-1, create_scale=True, create_offset=True, name="norm_1")
+        self.norm_2 = hk.LayerNorm(axis=-1, create_scale=True, create_offset=True, name="norm_2")
+        self.norm_3 = hk.LayerNorm(axis=-1, create_scale=True, create_offset=True, name="norm_3")
+
+    def __call__(
+        self,
+        x: jax.Array,
+        target_mask: jax.Array,
+        memory: jax.Array,
+        source_mask: jax.Array,
+        is_train: bool = True,
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """`x (B, T, D)`, `target_mask (B, T)`, encoder output `memory (B, S, D)` and
+        `source_mask (B, S)` -> `(B, T, D)`, self-attention weights `(B, h, T, T)` and
+        cross-attention weights `(B, h, T, S)`."""
+
+        # BEGIN SOLUTION
+        def dropout(y: jax.Array) -> jax.Array:
+            if is_train and self.p_dropout > 0:
+                return hk.dropout(hk.next_rng_key(), self.p_dropout, y)
+            return y
+
+        visible = causal_mask(x.shape[-2])[None, :, :] * jnp.asarray(target_mask)[:, None, :]
+        attended, self_weights = self.self_attention(x, x, x, visible)
+        x = self.norm_1(x + dropout(attended))
+        read, cross_weights = self.cross_attention(x, memory, memory, source_mask)
+        x = self.norm_2(x + dropout(read))
+        x = self.norm_3(x + dropout(self.feed_forward(x, is_train)))
+        return x, self_weights, cross_weights
+        # END SOLUTION
+
+
+# %% active="ipynb"
+# check("translation_block", TranslationBlock)
+
+
+# %% [markdown]
+# ## 11. The Transformer: encode, then decode
+#
+# One embedding table serves both languages (their tokens come from one vocabulary), and
+# one positional encoding both sides. The modules are made for you in `__init__`; write:
+#
+# - `encode(source_ids, source_mask)`: embed (zero at padding), add the positions, and run
+#   your practical 2 `TransformerEncoder` with the source mask: `memory (B, S, D)`;
+# - `decode(target_ids, target_mask, memory, source_mask)`: embed the target tokens, add the
+#   positions, run the blocks in order (each with both masks and the same memory), and map
+#   every position to one logit per token of the vocabulary with `head`: `(B, T, V)`;
+# - `__call__`: the two together.
+#
+# `cross_attention_maps` (given) runs the same decoder and keeps every block's
+# cross-attention weights.
+
+
+# %%
+class Transformer(hk.Module):
+    """The encoder-decoder Transformer: logits over the target vocabulary for every
+    target position, given the whole source."""
+
+    def __init__(self, config: TranslationConfig, name: str | None = None):
+        super().__init__(name=name)
+        self.config = config
+        self.embedding = MaskedEmbedding(config.vocab_size, config.d_model, name="embedding")
+        self.positional = PositionalEncoding(
+            config.d_model, config.max_len, config.p_dropout, name="positional"
+        )
+        self.encoder = TransformerEncoder(
+            config.num_layers,
+            config.num_heads,
+            config.d_model,
+            config.d_ff,
+            config.p_dropout,
+            name="encoder",
+        )
+        self.blocks = [
+            TranslationBlock(
+                config.d_model, config.num_heads, config.d_ff, config.p_dropout, name=f"block_{i}"
+            )
+            for i in range(config.num_layers)
+        ]
+        self.head = hk.Linear(config.vocab_size, name="head")
+
+    def encode(
+        self, source_ids: jax.Array, source_mask: jax.Array, is_train: bool = True
+    ) -> jax.Array:
+        """Token ids and padding mask `(B, S)` -> the encoder's output `memory (B, S, D)`."""
+        # BEGIN SOLUTION
+        x = self.positional(self.embedding(source_ids, source_mask), is_train)
+        return self.encoder(x, source_mask, is_train)
+        # END SOLUTION
+
+    def decode(
+        self,
+        target_ids: jax.Array,
+        target_mask: jax.Array,
+        memory: jax.Array,
+        source_mask: jax.Array,
+        is_train: bool = True,
+    ) -> jax.Array:
+        """Target ids and mask `(B, T)`, `memory (B, S, D)`, `source_mask (B, S)` -> logits
+        `(B, T, V)`: at position `t`, the scores of the token that comes after it."""
+        # BEGIN SOLUTION
+        x = self.positional(self.embedding(target_ids, target_mask), is_train)
+        for block in self.blocks:
+            x, _, _ = block(x, target_mask, memory, source_mask, is_train)
+        return self.head(x)
+        # END SOLUTION
+
+    def __call__(
+        self,
+        source_ids: jax.Array,
+        source_mask: jax.Array,
+        target_ids: jax.Array,
+        target_mask: jax.Array,
+        is_train: bool = True,
+    ) -> jax.Array:
+        """Logits `(B, T, V)` of the target tokens `(B, T)` given the source `(B, S)`."""
+        # BEGIN SOLUTION
+        memory = self.encode(source_ids, source_mask, is_train)
+        return self.decode(target_ids, target_mask, memory, source_mask, is_train)
+        # END SOLUTION
+
+    def cross_attention_maps(
+        self,
+        source_ids: jax.Array,
+        source_mask: jax.Array,
+        target_ids: jax.Array,
+        target_mask: jax.Array,
+    ) -> list[jax.Array]:
+        """Every block's cross-attention weights (evaluation mode): a list of `(B, h, T, S)`."""
+        memory = self.encode(source_ids, source_mask, is_train=False)
+        x = self.positional(self.embedding(target_ids, target_mask), is_train=False)
+        maps = []
+        for block in self.blocks:
+            x, _, cross = block(x, target_mask, memory, source_mask, is_train=False)
+            maps.append(cross)
+        return maps
+
+
+# %% active="ipynb"
+# check("transformer", Transformer)
+
+
+# %% [markdown]
+# ## 12. Teacher forcing: shifting the targets right
+#
+# While training, the decoder reads the correct translation and predicts, at every
+# position at once, its next token: it is *forced* to continue from the teacher's words,
+# not its own. The decoder's input is the target moved one step to the right behind the
+# start token, so that position `t` reads the tokens before target `t` and is scored
+# against target `t`:
+#
+# ```
+# target  (what is scored):  Σ'    αγαπώ   .     [EOS]  [PAD]
+# input   (what is read):    [BOS] Σ'      αγαπώ  .     [EOS]
+# ```
+#
+# `shift_right(ids, first)` puts `first` in front of every row and drops the last column, so
+# the shape stays `(B, T)`. If the input were the target itself, position `t` would read
+# the very token it must predict, and the loss would fall to nothing without learning to
+# translate. The same shift turns the target's padding mask into the input's (with
+# `first=1`: the start token is real).
+
+
+# %%
+def shift_right(ids: jax.Array, first: int) -> jax.Array:
+    """`(B, T)` -> `(B, T)`: `first` in column 0, then the columns `0 .. T-2` of `ids`."""
+    # BEGIN SOLUTION
+    ids = jnp.asarray(ids)
+    start = jnp.full((*ids.shape[:-1], 1), first, ids.dtype)
+    return jnp.concatenate([start, ids[..., :-1]], axis=-1)
+    # END SOLUTION
+
+
+# %% active="ipynb"
+# check("shift_right", shift_right)
+
+
+# %% [markdown]
+# ## 13. The sequence loss
+#
+# The logits at position `t` score target `t` (the shift already happened on the input).
+# Return the mean cross-entropy over the target tokens that are real (`mask` 1: the words
+# and the end token), never over padding: a batch padded to 32 tokens whose sentences have
+# 8 would otherwise mostly learn to predict padding. A batch with no real token gives 0.
+
+
+# %%
+def sequence_loss(logits: jax.Array, targets: jax.Array, mask: jax.Array) -> jax.Array:
+    """Mean cross-entropy (nats) of `logits (B, T, V)` against `targets (B, T)` over the
+    positions where `mask (B, T)` is 1; a scalar."""
+    # BEGIN SOLUTION
+    log_probs = jax.nn.log_softmax(logits, axis=-1)
+    picked = jnp.take_along_axis(log_probs, jnp.asarray(targets)[..., None], axis=-1)[..., 0]
+    counts = jnp.asarray(mask, logits.dtype)
+    return -(picked * counts).sum() / jnp.maximum(counts.sum(), 1.0)
+    # END SOLUTION
+
+
+# %% active="ipynb"
+# check("sequence_loss", sequence_loss)
+
+
+# %% [markdown]
+# ## 14. Greedy decoding
+#
+# To translate, the decoder writes: from the start token, it predicts the next token, takes
+# the most likely one, appends it, and goes on. `greedy_decode` runs that loop over a
+# `step` function the course gives it:
+#
+# `step(tokens (B,), at, state) -> (logits (B, V), state)` reads the token at position
+# `at` of every sentence and returns the scores of the token after it, and a new `state`
+# (the encoder's output and the decoder's key/value caches, or the text so far: it is
+# not yours to open, only to hand back to the next call).
+#
+# Starting from `start (B,)` (the start token, for every sentence), for `at = 0 .. max_len-1`:
+# call `step`, take the arg-max as the next token, write it in column `at` of the output,
+# and feed it to the next call. A sentence is **done** once it has written `end_id`: from
+# then on write padding (0) in its row, whatever the step says, while the other sentences
+# go on. Return the `(B, max_len)` ids, end tokens included.
+#
+# `jax.lax.fori_loop` (or `jax.lax.scan`) keeps the compiled program small; a Python
+# `for` loop works too.
+
+
+# %%
+def greedy_decode(
+    step: Callable[[jax.Array, jax.Array, Any], tuple[jax.Array, Any]],
+    state: Any,
+    start: jax.Array,
+    max_len: int,
+    end_id: int,
+) -> jax.Array:
+    """Token ids `(B, max_len)`: the arg-max of `step` at every position, fed back, with
+    padding (0) after each row's first `end_id`."""
+    # BEGIN SOLUTION
+    start = jnp.asarray(start)
+    out = jnp.zeros((start.shape[0], max_len), start.dtype)
+
+    def body(at, carry):
+        tokens, state, done, out = carry
+        logits, state = step(tokens, at, state)
+        new = jnp.where(done, 0, jnp.argmax(logits, axis=-1).astype(start.dtype))
+        out = out.at[:, at].set(new)
+        return new, state, done | (new == end_id), out
+
+    done = jnp.zeros(start.shape, bool)
+    return jax.lax.fori_loop(0, max_len, body, (start, state, done, out))[3]
+    # END SOLUTION
+
+
+# %% active="ipynb"
+# check("greedy_decode", greedy_decode)
+
+
+# %% [markdown]
+# The course's side of it (read, nothing to write): training reads a source and its target
+# packed into one row, and translating reads one target position at a time, with your
+# `attend_with_cache` answering each block's self-attention from its cache. The encoder's
+# output is computed once per sentence.
+
+
+# %%
+def translation_forward(
+    ids: jax.Array,
+    mask: jax.Array,
+    is_train: bool = True,
+    config: TranslationConfig | None = None,
+) -> jax.Array:
+    """Stateful forward for `funcs_from_stateful`: `ids (B, 2 * max_len)` hold a source, then
+    its target (`y_1 .. y_n [EOS]`, padded); logits `(B, max_len, V)` score the target.
+    The loop's `mask` covers the packed row: the masks come from the padding."""
+    config = config or TranslationConfig()
+    source, target = ids[:, : config.max_len], ids[:, config.max_len :]
+    source_mask = (source != PAD_ID).astype(jnp.int32)
+    target_mask = (target != PAD_ID).astype(jnp.int32)
+    model = Transformer(config, name="transformer")
+    inputs, input_mask = shift_right(target, BOS_ID), shift_right(target_mask, 1)
+    return model(source, source_mask, inputs, input_mask, is_train)
+
+
+class DecoderState(NamedTuple):
+    """What translating carries from one position to the next."""
+
+    memory: jax.Array  # (B, S, D): the encoder's output
+    source_mask: jax.Array  # (B, S)
+    caches: list[LayerCache]  # every decoder block's self-attention keys and values
+
+
+def start_translation(
+    source_ids: jax.Array, source_mask: jax.Array, config: TranslationConfig
+) -> DecoderState:
+    """The encoder's output for the source, and empty caches."""
+    memory = Transformer(config, name="transformer").encode(source_ids, source_mask, False)
+    return DecoderState(memory, source_mask, empty_caches(config, source_ids.shape[0]))
+
+
+def translation_step(
+    tokens: jax.Array, at: jax.Array, state: DecoderState, config: TranslationConfig
+) -> tuple[jax.Array, DecoderState]:
+    """Logits `(B, V)` of the token after `tokens (B,)` at position `at`, and the state with
+    their keys and values cached (evaluation mode)."""
+    model = Transformer(config, name="transformer")
+    positional = model.positional
+    cached = [
+        _AttentionFromCache(b.self_attention, c, at)
+        for b, c in zip(model.blocks, state.caches, strict=True)
+    ]
+    try:
+        for block, stand_in in zip(model.blocks, cached, strict=True):
+            block.self_attention = stand_in
+        model.positional = _PositionsFrom(positional, config, at)
+        ids = tokens[:, None]
+        logits = model.decode(ids, jnp.ones_like(ids), state.memory, state.source_mask, False)
+    finally:  # the modules as they were, for any later call
+        for block, stand_in in zip(model.blocks, cached, strict=True):
+            block.self_attention = stand_in.attention
+        model.positional = positional
+    return logits[:, 0], state._replace(caches=[stand_in.cache for stand_in in cached])

@@ -193,3 +193,54 @@ def test_training_gives_the_same_tokenizer_in_every_process():
         for _ in range(3)
     }
     assert len(digests) == 1
+
+
+# --------------------------------------------------------------------------- translation
+
+
+@pytest.fixture(scope="module")
+def translation_tok():
+    from m2l_nlp.data import tatoeba
+
+    pairs = tatoeba.read_pairs(tatoeba.resolve_pairs("small"))
+    return tokenization.train_translation_tokenizer(
+        [p.en for p in pairs] + [p.el for p in pairs], vocab_size=1500
+    )
+
+
+def test_translation_tokenizer_specials(translation_tok):
+    specials = [translation_tok.id_to_token(i) for i in range(4)]
+    assert (
+        specials == list(tokenization.TRANSLATION_SPECIALS) == ["[PAD]", "[BOS]", "[EOS]", "[UNK]"]
+    )
+    assert (tokenization.BOS_ID, tokenization.EOS_ID) == (1, 2)
+    assert 4 + len(tokenization.TRANSLATION_ALPHABET) < translation_tok.get_vocab_size() <= 1500
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Σ' αγαπώ.",
+        "Πώς είσαι;",
+        "Ο Τομ είναι εδώ, ΌΧΙ ΕΚΕΊ.",  # case and accents on capitals
+        "Τι κάνεις σήμερα; Καλώς ήρθες!",  # final sigma
+        "Ἀθῆναι, 5€ «ναι» — µ ß ő",  # polytonic, symbols, characters the excerpt lacks
+        'Two  spaces and I\'m "quoted".',
+    ],
+)
+def test_translation_tokenizer_round_trips(translation_tok, text):
+    ids = tokenization.encode_sentences(translation_tok, [text])[0]
+    assert tokenization.UNK_TOKEN not in [translation_tok.id_to_token(i) for i in ids]
+    assert translation_tok.decode(ids) == text
+
+
+def test_encode_sentences_adds_nothing(translation_tok):
+    texts = ["Καλημέρα.", "Good morning."]
+    got = tokenization.encode_sentences(translation_tok, texts)
+    assert got == [translation_tok.encode(t, add_special_tokens=False).ids for t in texts]
+    assert all(i > 3 for row in got for i in row)
+
+
+def test_translation_vocab_leaves_room_for_the_alphabet():
+    with pytest.raises(ValueError, match="at least"):
+        tokenization.train_translation_tokenizer(["a b"], vocab_size=100)

@@ -48,7 +48,7 @@ _HOW_TO_FIX = (
 
 
 class DataError(RuntimeError):
-    """The IMDB data could not be obtained or read; the message says what to do."""
+    """The data (IMDB, Tatoeba) could not be obtained or read; the message says what to do."""
 
 
 class DownloadError(DataError):
@@ -56,7 +56,7 @@ class DownloadError(DataError):
 
 
 class ChecksumError(DataError):
-    """A downloaded or cached archive does not have the expected sha256."""
+    """A downloaded or cached file does not have the expected sha256."""
 
 
 class CorruptArchiveError(DataError):
@@ -68,7 +68,7 @@ class DatasetLayoutError(DataError):
 
 
 class MissingSourceError(DataError, FileNotFoundError):
-    """The local IMDB source named does not exist."""
+    """The local data source named does not exist."""
 
 
 class NotAnArchiveError(DataError):
@@ -76,13 +76,13 @@ class NotAnArchiveError(DataError):
 
 
 class UnreadableSourceError(DataError):
-    """The local IMDB source exists but cannot be read (permissions, a device error)."""
+    """The local data source exists but cannot be read (permissions, a device error)."""
 
 
-def _unreadable(path: Path, error: OSError) -> UnreadableSourceError:
+def _unreadable(path: Path, error: OSError, what: str = "IMDB") -> UnreadableSourceError:
     return UnreadableSourceError(
         f"cannot read {path} ({error.strerror or error}): check that you may read it, or give "
-        "another copy of IMDB"
+        f"another copy of {what}"
     )
 
 
@@ -104,22 +104,57 @@ def download_imdb(
     """
     dest_dir = Path(dest_dir) if dest_dir is not None else DATA_DIR
     name = Path(urllib.parse.urlparse(url).path).name or "aclImdb_v1.tar.gz"
-    dest = dest_dir / name
+    return download(
+        url,
+        dest_dir / name,
+        sha256=sha256,
+        what="IMDB",
+        how_to_fix=_HOW_TO_FIX,
+        progress=progress,
+        timeout=timeout,
+    )
+
+
+def download(
+    url: str,
+    dest: Path,
+    *,
+    sha256: str | None,
+    what: str,
+    how_to_fix: str,
+    progress: bool = True,
+    timeout: float = 60.0,
+) -> Path:
+    """Download ``url`` to the file ``dest`` unless it exists, and return ``dest``.
+
+    The bytes go to a temporary name, are checked against ``sha256`` (skipped if None) and
+    only then renamed, so an existing ``dest`` is always a complete download. ``what`` names
+    the data in the progress bar and the errors, ``how_to_fix`` ends their messages.
+    """
     if dest.is_file():
         return dest
     digest = hashlib.sha256()
     with atomic_file(dest) as out:  # renamed only once complete and checked
-        _fetch(url, out, digest, progress=progress, timeout=timeout)
+        _fetch(url, out, digest, progress=progress, timeout=timeout, what=what, fix=how_to_fix)
         got = digest.hexdigest()
         if sha256 is not None and got != sha256.lower():
             raise ChecksumError(
                 f"the download of {url} has sha256 {got}, expected {sha256}: it is damaged or "
-                f"not the IMDB archive. Run again to retry, or {_HOW_TO_FIX}"
+                f"not the {what} file. Run again to retry, or {how_to_fix}"
             )
     return dest
 
 
-def _fetch(url: str, out: io.BufferedWriter, digest, *, progress: bool, timeout: float) -> None:
+def _fetch(
+    url: str,
+    out: io.BufferedWriter,
+    digest,
+    *,
+    progress: bool,
+    timeout: float,
+    what: str = "IMDB",
+    fix: str = _HOW_TO_FIX,
+) -> None:
     from tqdm.auto import tqdm
 
     try:
@@ -128,7 +163,7 @@ def _fetch(url: str, out: io.BufferedWriter, digest, *, progress: bool, timeout:
             total = int(total) if total else None
             done = 0
             with tqdm(
-                total=total, unit="B", unit_scale=True, desc="IMDB", disable=not progress
+                total=total, unit="B", unit_scale=True, desc=what, disable=not progress
             ) as bar:
                 while chunk := response.read(1 << 20):
                     out.write(chunk)
@@ -137,11 +172,10 @@ def _fetch(url: str, out: io.BufferedWriter, digest, *, progress: bool, timeout:
                     bar.update(len(chunk))
     except (urllib.error.URLError, OSError, TimeoutError) as err:
         reason = getattr(err, "reason", err)
-        raise DownloadError(f"could not download {url} ({reason}); {_HOW_TO_FIX}") from err
+        raise DownloadError(f"could not download {url} ({reason}); {fix}") from err
     if total is not None and done != total:
         raise DownloadError(
-            f"the download of {url} stopped after {done} of {total} bytes; run again, "
-            f"or {_HOW_TO_FIX}"
+            f"the download of {url} stopped after {done} of {total} bytes; run again, or {fix}"
         )
 
 

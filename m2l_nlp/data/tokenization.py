@@ -3,6 +3,11 @@
 The setup follows the tutorial: a Unigram model, a lowercase normalizer, a whitespace
 pre-tokenizer (``\\w+|[^\\w\\s]+``), the special tokens ``[PAD] [CLS] [SEP] [MASK]`` (``[PAD]``
 has id 0) and ``[UNK]`` for unknown characters. No post-processor: no ``[CLS]`` is added.
+
+The translation task (practical 3) has its own, shared by English and Greek and reversible:
+a Unigram model with an NFC normalizer (no lowercasing) and Metaspace pre-tokenizer and
+decoder, so ``decode(encode(s)) == s`` (case, accents, final sigma and spacing kept), and the
+special tokens ``[PAD] [BOS] [EOS] [UNK]``.
 """
 
 from __future__ import annotations
@@ -10,11 +15,12 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import unicodedata
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from m2l_nlp.config import MIN_VOCAB_SIZE
 from m2l_nlp.fileio import write_text_atomic
@@ -26,6 +32,28 @@ SPECIAL_TOKENS = ("[PAD]", "[CLS]", "[SEP]", "[MASK]", UNK_TOKEN)
 # the special tokens and at least one of the text (a setting that config checks)
 assert MIN_VOCAB_SIZE == len(SPECIAL_TOKENS) + 1
 SCORE_DECIMALS = 6  # trained scores are rounded to this many decimals (reproducible ids)
+
+TRANSLATION_SPECIALS = ("[PAD]", "[BOS]", "[EOS]", UNK_TOKEN)
+BOS_ID, EOS_ID = 1, 2
+# Characters every translation tokenizer knows, seen in training or not, so that held-out
+# text round-trips instead of losing a rare character to [UNK] (Tatoeba's test side has a
+# micro sign where a Greek mu belongs): printable ASCII, Latin-1 and Latin Extended-A,
+# Greek and polytonic Greek, general punctuation and the euro sign; ~730 of the vocabulary.
+_ALPHABET_RANGES = (
+    (0x21, 0x7E),
+    (0xA1, 0x17F),
+    (0x370, 0x3FF),
+    (0x1F00, 0x1FFF),
+    (0x2010, 0x205E),
+    (0x20AC, 0x20AC),
+)
+TRANSLATION_ALPHABET = tuple(
+    char
+    for lo, hi in _ALPHABET_RANGES
+    for char in map(chr, range(lo, hi + 1))
+    # no controls, unassigned or spaces; only what NFC leaves as it is (the normalizer's output)
+    if unicodedata.category(char)[0] not in "CZ" and unicodedata.normalize("NFC", char) == char
+)
 
 
 def new_tokenizer() -> Tokenizer:
@@ -56,14 +84,57 @@ def train_tokenizer(
         unk_token=UNK_TOKEN,
         show_progress=show_progress,
     )
+    return _train(tok, trainer, texts, SPECIAL_TOKENS)
+
+
+def train_translation_tokenizer(
+    texts: Iterable[str], vocab_size: int = 8000, *, show_progress: bool = False
+) -> Tokenizer:
+    """Train the translation tokenizer on ``texts`` (English and Greek, train side only).
+
+    Ids: ``[PAD]`` 0, ``[BOS]`` 1, ``[EOS]`` 2, ``[UNK]`` 3; every character of
+    :data:`TRANSLATION_ALPHABET` has a token, so ``vocab_size`` must leave room for them.
+    """
+    floor = len(TRANSLATION_SPECIALS) + len(TRANSLATION_ALPHABET) + 1
+    if vocab_size < floor:
+        raise ValueError(f"vocab_size must be at least {floor} (the alphabet), not {vocab_size}")
+    texts = _as_text_list(texts)
+    if not texts:
+        raise ValueError("train_translation_tokenizer needs at least one text")
+    tok = Tokenizer(models.Unigram())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()  # spaces become "▁", kept in the tokens
+    tok.decoder = decoders.Metaspace()
+    trainer = trainers.UnigramTrainer(
+        vocab_size=vocab_size,
+        special_tokens=list(TRANSLATION_SPECIALS),
+        unk_token=UNK_TOKEN,
+        initial_alphabet=list(TRANSLATION_ALPHABET),
+        show_progress=show_progress,
+    )
+    tok = _train(tok, trainer, texts, TRANSLATION_SPECIALS)
+    assert (tok.token_to_id("[BOS]"), tok.token_to_id("[EOS]")) == (BOS_ID, EOS_ID)
+    return tok
+
+
+def encode_sentences(tokenizer: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
+    """The token ids of each text, without special tokens, padding or truncation."""
+    tok = Tokenizer.from_str(tokenizer.to_str())  # a private copy: settings stay untouched
+    tok.no_padding()
+    tok.no_truncation()
+    encode = getattr(tok, "encode_batch_fast", tok.encode_batch)  # no offsets: faster
+    return [e.ids for e in encode(_as_text_list(texts), add_special_tokens=False)]
+
+
+def _train(tok: Tokenizer, trainer, texts: list[str], specials: Sequence[str]) -> Tokenizer:
     tok.train_from_iterator(texts, trainer, length=len(texts))
     assert tok.token_to_id(PAD_TOKEN) == PAD_ID, "the trainer must give [PAD] the id 0"
     # Returned as it will read back from disk (the JSON reader rounds some scores by one
     # ulp), so a fresh and a saved-then-loaded tokenizer are the same.
-    return Tokenizer.from_str(json.dumps(_canonical(json.loads(tok.to_str()))))
+    return Tokenizer.from_str(json.dumps(_canonical(json.loads(tok.to_str()), specials)))
 
 
-def _canonical(spec: dict) -> dict:
+def _canonical(spec: dict, specials: Sequence[str]) -> dict:
     """The trained tokenizer's JSON with reproducible ids and scores.
 
     The trainer adds up its scores in an order that changes from one process to the next
@@ -75,8 +146,8 @@ def _canonical(spec: dict) -> dict:
     makes the ids a function of the texts alone.
     """
     vocab = spec["model"]["vocab"]  # [[token, log-probability], ...], specials first
-    n = len(SPECIAL_TOKENS)
-    assert [t for t, _ in vocab[:n]] == list(SPECIAL_TOKENS), "specials must come first"
+    n = len(specials)
+    assert [t for t, _ in vocab[:n]] == list(specials), "specials must come first"
     rest = [[t, round(score, SCORE_DECIMALS)] for t, score in vocab[n:]]
     spec["model"]["vocab"] = vocab[:n] + sorted(rest, key=lambda ts: (-ts[1], ts[0]))
     return spec

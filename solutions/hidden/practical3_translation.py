@@ -17,6 +17,14 @@ from m2l_nlp.grading.checks.tools import (
 )
 from m2l_nlp.grading.practicals.practical3.common import D, H
 from m2l_nlp.grading.practicals.practical3.decoder import _block
+from m2l_nlp.grading.practicals.practical3.translation import (
+    BLOCK_RETURNS,
+    END,
+    _decode_greedy,
+    _greedy_inputs,
+    _simulate,
+)
+from m2l_nlp.grading.practicals.practical3.translation import _block as _translation_block
 from m2l_nlp.grading.practicals.practical3.writing import RETURNS, _cached
 
 PRACTICAL = "practical3_translation"
@@ -91,3 +99,62 @@ def check_cache_to_the_end_of_the_window(ctx):
     expect_close(got[1], want[1], "the cache's keys (positions 33..39 of 40)")
     expect_close(got[2], want[2], "the cache's values (positions 33..39 of 40)")
     expect_close(got[0], want[0], "the output (positions 33..39 of 40)")
+
+
+translating = exercise(
+    "translation_beyond_the_examples",
+    PRACTICAL,
+    points=10,
+    targets=("TranslationBlock", "sequence_loss", "greedy_decode"),
+    title="the translation block on long sentences, the loss on a larger vocabulary, "
+    "greedy decoding of many rows",
+    hidden=True,
+)
+
+
+@translating.check(gate=True, covers=("TranslationBlock",))
+def check_translation_block_on_long_sentences(ctx):
+    """`TranslationBlock` on targets of 30 and sources of 41 positions (rows of 30/41, 12/5
+    and 1/1 real tokens) matches the reference."""
+    rng = ctx.rng()
+    x, memory = normal(rng, 3, 30, D), normal(rng, 3, 41, D)
+    target_mask = (np.arange(30)[None, :] < np.array([30, 12, 1])[:, None]).astype(np.int32)
+    source_mask = (np.arange(41)[None, :] < np.array([41, 5, 1])[:, None]).astype(np.int32)
+    inputs = (x, target_mask, memory, source_mask)
+    build = _translation_block(0.1, False)
+    params = perturb(run_haiku(build, ctx.ref, None, *inputs), ctx.rng("params"))
+    want = run_haiku(build, ctx.ref, params, *inputs)
+    got = run_haiku(build, ctx.student, params, *inputs)
+    if not isinstance(got, tuple) or len(got) != 3:
+        fail(BLOCK_RETURNS)
+    for name, g, w in zip(
+        ("the output", "the self-attention", "the cross-attention"), got, want, strict=True
+    ):
+        expect_close(g, w, f"{name} (30 target and 41 source positions)")
+
+
+@translating.check(gate=True, covers=("sequence_loss",))
+def check_sequence_loss_on_a_larger_vocabulary(ctx):
+    """The loss on 300 tokens and rows of 25, 4 and 0 real tokens matches the reference."""
+    rng = ctx.rng()
+    mask = (np.arange(25)[None, :] < np.array([25, 4, 0])[:, None]).astype(np.int32)
+    targets = rng.integers(1, 300, size=(3, 25)).astype(np.int32) * mask
+    logits = 3 * normal(rng, 3, 25, 300)
+    want = jitted(ctx.ref.sequence_loss)(logits, targets, mask)
+    got = expect_array(
+        jitted(ctx.student.sequence_loss)(logits, targets, mask), "the loss", shape=()
+    )
+    expect_close(got, want, "the loss (300 tokens, rows of 25, 4 and 0)")
+
+
+@translating.check(gate=True, covers=("greedy_decode",))
+def check_greedy_decode_of_many_rows(ctx):
+    """Greedy decoding of 12 rows for 20 positions, most ending at different positions, some
+    at the first one."""
+    inputs = _greedy_inputs(ctx.rng(), 12, 20)
+    inputs[1][[2, 5], 0, END] = 90.0  # two rows end at once
+    want = _simulate(*inputs, 20)
+    got = _decode_greedy(ctx, 20, *inputs)
+    if not np.array_equal(got, want):
+        row = int(np.flatnonzero((got != want).any(1))[0])
+        fail(f"row {row} of 12 decodes to {got[row].tolist()}, greedy gives {want[row].tolist()}")

@@ -138,4 +138,151 @@ MUTANTS = {
             ],
         ),
     ],
+    "translation_block": [
+        (
+            "cross-attention reads the decoder",
+            [
+                (
+                    "self.cross_attention(x, memory, memory, source_mask)",
+                    "self.cross_attention(x, x, x, target_mask)",
+                )
+            ],
+        ),
+        (
+            "source mask missing",
+            [
+                (
+                    "self.cross_attention(x, memory, memory, source_mask)",
+                    "self.cross_attention(x, memory, memory)",
+                )
+            ],
+        ),
+        (
+            "no causal mask",
+            [
+                (
+                    "visible = causal_mask(x.shape[-2])[None, :, :] * jnp.asarray(target_mask)",
+                    "visible = jnp.asarray(target_mask)",
+                )
+            ],
+        ),
+        (
+            "cross-attention before self-attention's norm",
+            [
+                (
+                    "x = self.norm_1(x + dropout(attended))\n        read",
+                    "y = self.norm_1(x + dropout(attended))\n        read",
+                )
+            ],
+        ),
+    ],
+    "transformer": [
+        (
+            "source mask not passed to the blocks",
+            [
+                (
+                    "x, _, _ = block(x, target_mask, memory, source_mask, is_train)",
+                    "x, _, _ = block(x, target_mask, memory, jnp.ones_like(source_mask), is_train)",
+                )
+            ],
+        ),
+        (
+            "no positions on the target",
+            [
+                (
+                    "x = self.positional(self.embedding(target_ids, target_mask), is_train)\n        for",
+                    "x = self.embedding(target_ids, target_mask)\n        for",
+                )
+            ],
+        ),
+        (
+            "blocks not chained",
+            [
+                (
+                    "            x, _, _ = block(x, target_mask, memory, source_mask, is_train)\n        return self.head(x)",
+                    "            y, _, _ = block(x, target_mask, memory, source_mask, is_train)\n        return self.head(y)",
+                )
+            ],
+        ),
+    ],
+    "shift_right": [
+        (
+            "not shifted",
+            [("return jnp.concatenate([start, ids[..., :-1]], axis=-1)", "return ids")],
+        ),
+        (
+            "shifted left",
+            [
+                (
+                    "return jnp.concatenate([start, ids[..., :-1]], axis=-1)",
+                    "return jnp.concatenate([ids[..., 1:], start], axis=-1)",
+                )
+            ],
+        ),
+        (
+            "start token dropped",
+            [
+                (
+                    "jnp.full((*ids.shape[:-1], 1), first, ids.dtype)",
+                    "jnp.zeros((*ids.shape[:-1], 1), ids.dtype)",
+                )
+            ],
+        ),
+    ],
+    "sequence_loss": [
+        (
+            "padding counted",
+            [
+                (
+                    "counts = jnp.asarray(mask, logits.dtype)",
+                    "counts = jnp.ones(jnp.shape(mask), logits.dtype)",
+                )
+            ],
+        ),
+        (
+            "shifted a second time",
+            [
+                (
+                    "log_probs = jax.nn.log_softmax(logits, axis=-1)\n    picked = jnp.take_along_axis(log_probs, jnp.asarray(targets)[..., None]",
+                    "log_probs = jax.nn.log_softmax(logits[:, :-1], axis=-1)\n    picked = jnp.take_along_axis(log_probs, jnp.asarray(targets)[:, 1:, None]",
+                ),
+                (
+                    "counts = jnp.asarray(mask, logits.dtype)",
+                    "counts = jnp.asarray(mask, logits.dtype)[:, 1:]",
+                ),
+            ],
+        ),
+        (
+            "divided by every position",
+            [
+                (
+                    '/ jnp.maximum(counts.sum(), 1.0)\n    # END SOLUTION\n\n\n# %% active="ipynb"\n# check("sequence_loss"',
+                    '/ counts.size\n    # END SOLUTION\n\n\n# %% active="ipynb"\n# check("sequence_loss"',
+                )
+            ],
+        ),
+    ],
+    "greedy_decode": [
+        (
+            "end token ignored",
+            [("new = jnp.where(done, 0, jnp.argmax(", "new = jnp.where(False, 0, jnp.argmax(")],
+        ),
+        (
+            "all rows end together",
+            [
+                (
+                    "return new, state, done | (new == end_id), out",
+                    "return new, state, done | (new == end_id).any(), out",
+                )
+            ],
+        ),
+        (
+            "start token fed every step",
+            [("logits, state = step(tokens, at, state)", "logits, state = step(start, at, state)")],
+        ),
+        (
+            "state not carried",
+            [("logits, state = step(tokens, at, state)", "logits, _ = step(tokens, at, state)")],
+        ),
+    ],
 }

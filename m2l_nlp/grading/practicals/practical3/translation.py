@@ -1,0 +1,589 @@
+"""Graded checks of practical 3, part 2, the translator: ``translation_block``,
+``transformer``, ``shift_right``, ``sequence_loss`` and ``greedy_decode``."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+import numpy as np
+
+from m2l_nlp.config import TranslationConfig
+from m2l_nlp.grading.checks.registry import exercise
+from m2l_nlp.grading.checks.tools import (
+    builder,
+    compare_module,
+    expect_array,
+    expect_close,
+    expect_dropout_only_in_training,
+    expect_rows_sum_to_one,
+    fail,
+    jitted,
+    normal,
+    perturb,
+    run_haiku,
+)
+from m2l_nlp.grading.practicals.practical3.common import (
+    FF,
+    PRACTICAL,
+    VOCAB,
+    B,
+    D,
+    H,
+    char_batch,
+    expect_no_future,
+    padded,
+)
+
+T, SRC = 5, 7  # target and source lengths differ, so (B, h, T, S) is not (B, h, T, T)
+END = 2  # the end token's id in the decoding checks
+CONFIG = TranslationConfig(
+    vocab_size=VOCAB, num_layers=2, num_heads=H, d_model=D, d_ff=FF, p_dropout=0.1, max_len=8
+)
+BLOCK_RETURNS = (
+    "TranslationBlock should return (output, self-attention weights, cross-attention weights)"
+)
+
+# --------------------------------------------------------------------------------------------
+# 10. translation_block
+
+block = exercise(
+    "translation_block",
+    PRACTICAL,
+    points=15,
+    targets=("TranslationBlock",),
+    uses=("causal_mask", "MultiheadAttention", "PositionwiseFeedForward"),
+    title="masked self-attention, cross-attention over the encoder's output, feed-forward",
+)
+
+
+@builder
+def _block(p: float, is_train: bool):
+    def build(ns):
+        def forward(x, target_mask, memory, source_mask):
+            module = ns.TranslationBlock(D, H, FF, p, name="block")
+            return module(x, target_mask, memory, source_mask, is_train)
+
+        return forward
+
+    return build
+
+
+def _block_inputs(rng: np.random.Generator):
+    """A target `(B, T, D)` and a source memory `(B, SRC, D)`, both padded."""
+    return normal(rng, B, T, D), padded(rng, B, T), normal(rng, B, SRC, D), padded(rng, B, SRC)
+
+
+def _call_block(ctx, params, *inputs, build=None):
+    got = run_haiku(build or _block(0.1, False), ctx.student, params, *inputs)
+    if not isinstance(got, tuple) or len(got) != 3:
+        fail(BLOCK_RETURNS)
+    return got
+
+
+def _cross_slip(weights: np.ndarray, source_mask: np.ndarray) -> str:
+    """What wrong cross-attention weights show: keys from the decoder, or source padding read."""
+    if weights.ndim == 4 and weights.shape[-1] == T and T != SRC:
+        return (
+            f"Your cross-attention weights have {T} keys, the target's length: its keys and "
+            f"values must come from the encoder's output (memory, {SRC} positions), the "
+            "queries from the decoder."
+        )
+    if (
+        weights.shape[-1] == SRC
+        and np.abs(weights * (source_mask[:, None, None, :] == 0)).max() > 1e-6
+    ):
+        return (
+            "Your cross-attention gives the source's padding weight: pass source_mask to the "
+            "cross-attention (the target's mask belongs to the self-attention)."
+        )
+    return ""
+
+
+def _self_slip(weights: np.ndarray, target_mask: np.ndarray) -> str:
+    if weights.shape[-2:] != (T, T):
+        return ""
+    if np.abs(weights[..., np.triu(np.ones((T, T), bool), 1)]).max() > 1e-6:
+        return "Your self-attention reads later target tokens: apply the causal mask there."
+    if np.abs(weights * (target_mask[:, None, None, :] == 0)).max() > 1e-6:
+        return (
+            "Your self-attention gives the target's padding weight: combine the causal mask "
+            "with target_mask."
+        )
+    return ""
+
+
+@block.check(gate=True)
+def check_translation_block_matches_reference(ctx):
+    """Evaluation output and both attention maps match the reference, with padding on both
+    sides and a source longer than the target (under jax.jit)."""
+    rng = ctx.rng()
+    inputs = _block_inputs(rng)
+    params = perturb(run_haiku(_block(0.1, False), ctx.ref, None, *inputs), ctx.rng("params"))
+    want = run_haiku(_block(0.1, False), ctx.ref, params, *inputs)
+    got = _call_block(ctx, params, *inputs)
+    cross = expect_array(got[2], "the cross-attention weights", axes="(B, h, T, S)")
+    expect_close(cross, want[2], "the cross-attention weights", hint=_cross_slip(cross, inputs[3]))
+    own = expect_array(got[1], "the self-attention weights", axes="(B, h, T, T)")
+    expect_close(own, want[1], "the self-attention weights", hint=_self_slip(own, inputs[1]))
+    expect_close(
+        got[0],
+        want[0],
+        "the output of TranslationBlock",
+        hint="Residual around each sub-layer, then LayerNorm: norm_1 after the self-attention, "
+        "norm_2 after the cross-attention (which reads the output of norm_1), norm_3 after "
+        "the feed-forward.",
+    )
+
+
+@block.check
+def check_translation_block_ignores_source_padding(ctx):
+    """Changing the encoder's output at the source's padding changes nothing, and every
+    cross-attention row sums to 1 over the source."""
+    rng = ctx.rng()
+    x, target_mask, memory, source_mask = _block_inputs(rng)
+    params = perturb(
+        run_haiku(_block(0.1, False), ctx.ref, None, x, target_mask, memory, source_mask),
+        ctx.rng("params"),
+    )
+    got = _call_block(ctx, params, x, target_mask, memory, source_mask)
+    expect_rows_sum_to_one(got[2], "the cross-attention weights")
+    noisy = memory + 5 * normal(rng, *memory.shape) * (source_mask == 0)[..., None]
+    moved = _call_block(ctx, params, x, target_mask, noisy, source_mask)
+    out = expect_array(got[0], "the output")
+    change = float(np.abs(expect_array(moved[0], "the output") - out).max())
+    if change > 1e-5:
+        fail(
+            f"changing the encoder's output at the source's padding changed the block's "
+            f"output by up to {change:.3g}: the cross-attention must hide the source's padding "
+            "(source_mask)"
+        )
+    if (
+        float(
+            np.abs(out - _call_block(ctx, params, x, target_mask, 2 * memory, source_mask)[0]).max()
+        )
+        < 1e-6
+    ):
+        fail(
+            "the block's output does not depend on the encoder's output: the cross-attention "
+            "reads its keys and values from memory"
+        )
+
+
+@block.check
+def check_translation_block_reads_no_future(ctx):
+    """Changing the target after position t leaves the output at positions 0..t unchanged."""
+    rng = ctx.rng()
+    x, _, memory, source_mask = _block_inputs(rng)
+    target_mask = np.ones((B, T), np.int32)
+    params = perturb(
+        run_haiku(_block(0.1, False), ctx.ref, None, x, target_mask, memory, source_mask),
+        ctx.rng("params"),
+    )
+
+    def run(inputs):
+        return _call_block(ctx, params, inputs, target_mask, memory, source_mask)[0]
+
+    expect_no_future(run, x, rng, "TranslationBlock")
+
+
+@block.check
+def check_translation_block_dropout(ctx):
+    """Dropout on in training, off in evaluation (no random key needed), p=0 is a no-op."""
+    expect_dropout_only_in_training(ctx, _block, *_block_inputs(ctx.rng()), what="TranslationBlock")
+
+
+# --------------------------------------------------------------------------------------------
+# 11. transformer
+
+model = exercise(
+    "transformer",
+    PRACTICAL,
+    points=15,
+    targets=("Transformer",),
+    uses=(
+        "TranslationBlock",
+        "TransformerEncoder",
+        "MaskedEmbedding",
+        "PositionalEncoding",
+    ),
+    title="encode the source, decode the target over it, a logit per token of the vocabulary",
+)
+
+
+@builder
+def _transformer(part: str):
+    def build(ns):
+        def forward(source, source_mask, target, target_mask):
+            module = ns.Transformer(CONFIG, name="transformer")
+            if part == "encode":
+                return module.encode(source, source_mask, False)
+            return module(source, source_mask, target, target_mask, False)
+
+        return forward
+
+    return build
+
+
+@builder
+def _decode():
+    """`decode` alone, over a memory of numbers: it must read the memory it is given."""
+
+    def build(ns):
+        def forward(memory, source_mask, target, target_mask):
+            module = ns.Transformer(CONFIG, name="transformer")
+            return module.decode(target, target_mask, memory, source_mask, False)
+
+        return forward
+
+    return build
+
+
+def _pair(rng: np.random.Generator):
+    source, source_mask = char_batch(rng, B, SRC)
+    target, target_mask = char_batch(rng, B, T)
+    return source, source_mask, target, target_mask
+
+
+@model.check(gate=True)
+def check_transformer_matches_reference(ctx):
+    """Logits `(B, T, V)` of padded targets over padded sources match the reference."""
+    compare_module(
+        ctx,
+        _transformer("whole"),
+        *_pair(ctx.rng()),
+        names=("the logits of Transformer",),
+        hint="encode the source (embedding with its mask, positions, the encoder), then "
+        "decode: embed the target, add positions, every block with both masks and the "
+        "memory, then `head`.",
+    )
+
+
+@model.check
+def check_transformer_encode_and_decode(ctx):
+    """`encode` gives the reference's memory `(B, S, D)`, and `decode` the reference's
+    logits over a given memory."""
+    compare_module(
+        ctx,
+        _transformer("encode"),
+        *_pair(ctx.rng()),
+        names=("the output of encode",),
+        hint="Embed the source ids with the source mask, add the positions, then run the "
+        "encoder with the source mask.",
+    )
+    rng = ctx.rng("decode")
+    _, source_mask, target, target_mask = _pair(rng)
+    compare_module(
+        ctx,
+        _decode(),
+        normal(rng, B, SRC, D),
+        source_mask,
+        target,
+        target_mask,
+        names=("the logits of decode",),
+        hint="Embed the target ids with the target mask, add the positions, then every block "
+        "(target mask, memory, source mask) and `head`; decode reads the memory it is given.",
+    )
+
+
+@model.check
+def check_transformer_reads_no_future_and_no_padding(ctx):
+    """The logits at target positions 0..t ignore the target after t, and more padding of
+    the source changes nothing."""
+    rng = ctx.rng()
+    source, source_mask, target, _ = _pair(rng)
+    target = np.where(target == 0, 1, target)
+    target_mask = np.ones_like(target)
+    build = _transformer("whole")
+    params = perturb(
+        run_haiku(build, ctx.ref, None, source, source_mask, target, target_mask), ctx.rng("params")
+    )
+    expect_no_future(
+        lambda t: run_haiku(build, ctx.student, params, source, source_mask, t, target_mask),
+        target,
+        rng,
+        "Transformer",
+    )
+    base = expect_array(
+        run_haiku(build, ctx.student, params, source, source_mask, target, target_mask),
+        "the logits",
+    )
+    more = np.pad(source, ((0, 0), (0, 1)))
+    more_mask = np.pad(source_mask, ((0, 0), (0, 1)))
+    padded_more = run_haiku(build, ctx.student, params, more, more_mask, target, target_mask)
+    expect_close(
+        padded_more,
+        base,
+        "the logits with one more padding position in the source",
+        versus="the same source padded less",
+        hint="The source's padding must not change the translation: pass source_mask to the "
+        "encoder and to every block's cross-attention.",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# 12. shift_right
+
+shift = exercise(
+    "shift_right",
+    PRACTICAL,
+    points=5,
+    targets=("shift_right",),
+    title="the decoder's input: the start token, then the target without its last column",
+)
+
+
+def _shift_slip(got: np.ndarray, ids: np.ndarray, first: int) -> str:
+    if got.shape != ids.shape:
+        return f"the shape should stay {ids.shape}: put `first` in front and drop the last column"
+    if np.array_equal(got, ids):
+        return (
+            "the input is the target itself: position t would read the very token it must "
+            "predict, and the model would learn to copy, not to translate"
+        )
+    if np.array_equal(got[:, :-1], ids[:, 1:]):
+        return "the ids moved left: shift them right, behind the start token"
+    if np.array_equal(got[:, 1:], ids[:, 1:]):
+        return "only column 0 changed: every other column t should hold ids[:, t - 1]"
+    if np.array_equal(got[:, 1:], ids[:, :-1]):
+        return f"column 0 should hold `first` ({first})"
+    return ""
+
+
+@shift.check(gate=True)
+def check_shift_right(ctx):
+    """Padded target ids `(B, T)` shifted behind a start token, and a mask behind a 1."""
+    rng = ctx.rng()
+    ids, mask = char_batch(rng, 3, T)
+    for array, first, what in ((ids, 1, "the ids"), (mask, 1, "the mask"), (ids, 7, "the ids")):
+        want = np.concatenate([np.full((len(array), 1), first), array[:, :-1]], axis=1)
+        got = expect_array(
+            jitted(ctx.student.shift_right, 1)(array, first), f"shift_right of {what}"
+        )
+        if got.shape != want.shape or not np.array_equal(got, want):
+            fail(
+                f"shift_right({what}, first={first}) is not the start token followed by "
+                f"columns 0..T-2: {_shift_slip(got, array, first) or 'see the example above'}"
+            )
+
+
+@shift.check
+def check_shift_right_keeps_the_dtype(ctx):
+    """Integer ids stay integers (they index an embedding table)."""
+    ids, _ = char_batch(ctx.rng(), 2, T)
+    got = jitted(ctx.student.shift_right, 1)(ids.astype(np.int32), 1)
+    if not np.issubdtype(np.asarray(got).dtype, np.integer):
+        fail(
+            f"shift_right of int32 ids returned {np.asarray(got).dtype}: keep the ids' dtype "
+            "(jnp.full(..., first, ids.dtype))"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# 13. sequence_loss
+
+seq_loss = exercise(
+    "sequence_loss",
+    PRACTICAL,
+    points=10,
+    targets=("sequence_loss",),
+    title="mean cross-entropy of every position's logits against its target, real ones only",
+)
+
+
+def _loss_variants(logits: np.ndarray, targets: np.ndarray, mask: np.ndarray) -> dict[str, float]:
+    """The typical slips' values, in NumPy (float64), to name the one a wrong loss made."""
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+
+    def nll(lp, t, w, per_row=False):
+        picked = np.take_along_axis(lp, t[..., None], -1)[..., 0]
+        if per_row:
+            return float(((-(picked * w).sum(1)) / np.maximum(w.sum(1), 1)).mean())
+        return float(-(picked * w).sum() / max(w.sum(), 1))
+
+    weights = mask.astype(float)
+    return {
+        "padding is counted: a position whose mask is 0 is no target (weigh each position "
+        "by its mask)": nll(log_probs, targets, np.ones_like(weights)),
+        "the targets are shifted a second time (logits[:, :-1] against targets[:, 1:]): "
+        "shift_right already moved the decoder's input, so the logits at t score target t": nll(
+            log_probs[:, :-1], targets[:, 1:], weights[:, 1:]
+        ),
+        "each row's mean is averaged over the rows: a long sentence and a short one then "
+        "weigh the same; average over all the real tokens": nll(
+            log_probs, targets, weights, per_row=True
+        ),
+        "the sum is divided by every position, padding included: divide by the number of "
+        "real tokens": float(
+            -(np.take_along_axis(log_probs, targets[..., None], -1)[..., 0] * weights).sum()
+            / weights.size
+        ),
+    }
+
+
+def _seq_batch(rng: np.random.Generator):
+    targets, mask = char_batch(rng, 3, T + 2)
+    mask[1, 2:] = 0  # rows of different lengths: a per-row mean then differs
+    return 2 * normal(rng, 3, T + 2, VOCAB), targets * mask, mask
+
+
+@seq_loss.check(gate=True)
+def check_sequence_loss_matches_reference(ctx):
+    """The mean loss over real target tokens matches the reference (under jax.jit)."""
+    logits, targets, mask = _seq_batch(ctx.rng())
+    want = float(jitted(ctx.ref.sequence_loss)(logits, targets, mask))
+    got = expect_array(
+        jitted(ctx.student.sequence_loss)(logits, targets, mask), "the loss", shape=()
+    )
+    if abs(float(got) - want) <= 1e-4 * max(1.0, abs(want)):
+        return
+    for slip, value in _loss_variants(logits.astype(np.float64), targets, mask).items():
+        if abs(float(got) - value) <= 1e-4 * max(1.0, abs(value)):
+            fail(f"the loss is {float(got):.6g}, the reference's {want:.6g}: {slip}")
+    fail(
+        f"the loss is {float(got):.6g}, the reference's {want:.6g}: the mean cross-entropy of "
+        "the logits at t against target t, over the positions whose mask is 1"
+    )
+
+
+@seq_loss.check
+def check_sequence_loss_of_nothing_is_zero(ctx):
+    """A batch with no real token has loss 0, not NaN; a sure, right model has loss 0."""
+    logits, targets, mask = _seq_batch(ctx.rng())
+    got = expect_array(
+        jitted(ctx.student.sequence_loss)(logits, targets, np.zeros_like(mask)),
+        "the loss",
+        shape=(),
+        finite=False,
+    )
+    if not np.isfinite(got) or abs(float(got)) > 1e-6:
+        fail(
+            f"with no real token the loss should be 0; yours is {float(got)} (divide by the "
+            "number of real tokens, at least 1)"
+        )
+    sure = 50.0 * np.eye(VOCAB, dtype=np.float32)[targets]
+    got = expect_array(jitted(ctx.student.sequence_loss)(sure, targets, mask), "the loss", shape=())
+    if abs(float(got)) > 1e-4:
+        fail(
+            f"logits that put everything on the right token at every position give the loss "
+            f"{float(got):.4g}; it should be 0: score the logits at t against target t"
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# 14. greedy_decode
+
+greedy = exercise(
+    "greedy_decode",
+    PRACTICAL,
+    points=10,
+    targets=("greedy_decode",),
+    title="the arg-max token at every position, fed back, until each sentence's end token",
+)
+
+
+def _table_step(tokens, at, state):
+    """A stand-in model: the logits of the next token depend on the token read, the
+    position and the number of calls so far (carried in the state)."""
+    table, by_position, drift, calls = state
+    rows = jnp.arange(tokens.shape[0])
+    logits = table[rows, tokens] + jnp.take(by_position, at, axis=1) + drift * calls
+    return logits, (table, by_position, drift, calls + 1)
+
+
+@builder
+def _greedy(max_len: int):
+    def build(ns):
+        def forward(table, by_position, drift, start):
+            state = (table, by_position, drift, np.float32(0))
+            return ns.greedy_decode(_table_step, state, start, max_len, END)
+
+        return forward
+
+    return build
+
+
+def _simulate(table, by_position, drift, start, max_len, slip=""):
+    """Greedy decoding of the stand-in model in NumPy, right or with one ``slip``."""
+    tokens, out = start.copy(), np.zeros((len(start), max_len), np.int64)
+    done = np.zeros(len(start), bool)
+    for at in range(max_len):
+        calls = 0 if slip == "state" else at
+        read = start if slip == "start" else tokens
+        logits = table[np.arange(len(start)), read] + by_position[:, at] + drift * calls
+        new = logits.argmax(-1)
+        if slip != "no end":
+            new = np.where(done, 0, new)
+        out[:, at] = new
+        done = done | (new == END)
+        if slip == "all end":
+            done = np.full_like(done, done.any())
+        tokens = new
+    return out
+
+
+SLIPS = {
+    "no end": "a sentence goes on after its end token: once a row has written end_id, write "
+    "padding (0) in it, whatever the step says",
+    "all end": "every sentence stops when the first one ends: each row is done on its own",
+    "start": "every step reads the start token: feed each step the token the last one chose",
+    "state": "every step gets the first state: hand each call the state the last one returned",
+}
+
+
+def _greedy_inputs(rng: np.random.Generator, rows: int, max_len: int):
+    """A stand-in model whose rows end at different positions (one never ends)."""
+    vocab = 9
+    table = 3 * normal(rng, rows, vocab, vocab)
+    table[..., END] -= 20  # the end token only where the position says so
+    by_position = normal(rng, rows, max_len, vocab)
+    for row in range(rows - 1):
+        by_position[row, 1 + (2 * row) % (max_len - 1), END] = 60.0
+    drift = normal(rng, vocab)
+    start = np.full(rows, 1, np.int32)
+    return table, by_position, drift, start
+
+
+def _decode_greedy(ctx, max_len, table, by_position, drift, start):
+    got = run_haiku(_greedy(max_len), ctx.student, {}, table, by_position, drift, start)
+    return expect_array(got, "the decoded ids", shape=(len(start), max_len), axes="(B, max_len)")
+
+
+@greedy.check(gate=True)
+def check_greedy_decode_matches_the_loop(ctx):
+    """On a stand-in model whose rows end at different positions, the ids are the arg-max
+    at every step, fed back, with padding after each row's end token (under jax.jit)."""
+    max_len = 7
+    inputs = _greedy_inputs(ctx.rng(), 4, max_len)
+    want = _simulate(*inputs, max_len)
+    got = _decode_greedy(ctx, max_len, *inputs)
+    if np.array_equal(got, want):
+        return
+    for slip, words in SLIPS.items():
+        if np.array_equal(got, _simulate(*inputs, max_len, slip)):
+            fail(f"the decoded ids differ from greedy decoding's: {words}")
+    row = int(np.flatnonzero((got != want).any(1))[0])
+    fail(
+        f"row {row} decodes to {got[row].tolist()}, greedy decoding gives {want[row].tolist()}: "
+        "at every position take the arg-max of step's logits, write it in column `at`, feed "
+        "it to the next call with the state it returned, and pad after the end token"
+    )
+
+
+@greedy.check
+def check_greedy_decode_ends_every_row(ctx):
+    """Every row holds padding only after its first end token, and the end token itself."""
+    max_len = 9
+    inputs = _greedy_inputs(ctx.rng(), 3, max_len)
+    got = _decode_greedy(ctx, max_len, *inputs)
+    for row in got:
+        ends = np.flatnonzero(row == END)
+        if len(ends) and (row[ends[0] + 1 :] != 0).any():
+            fail(
+                f"a row reads {row.tolist()}: after its end token ({END}) it should hold "
+                "padding (0) only"
+            )
+    if not (got == END).any(axis=1)[:-1].all():
+        fail(
+            "a row whose model says the end token has none in your output: write the end "
+            "token itself, then padding"
+        )
