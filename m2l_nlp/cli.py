@@ -25,6 +25,7 @@ from m2l_nlp.runs.predict_input import MAX_MB
 DEFAULT_PRESET = "default"
 DEFAULT_CHECKPOINT = Path("runs") / DEFAULT_PRESET / "checkpoint"
 DEFAULT_LM_CHECKPOINT = Path("runs") / "char-lm" / "checkpoint"
+DEFAULT_TRANSLATOR = Path("runs") / "translate" / "checkpoint"
 DESCRIPTION = (
     "m2l-nlp: train the course's sentiment classifiers on IMDB, score your own reviews with "
     "a trained model, and grade the exercises."
@@ -208,6 +209,38 @@ def _parser() -> argparse.ArgumentParser:
         "handout)",
     )
 
+    translate = sub.add_parser(
+        "translate",
+        help="translate English to Greek with a trained translator (practical 3)",
+        description="Print the Greek of each SENTENCE (key/value cache; greedy, or --beam N).",
+    )
+    translate.add_argument("sentences", nargs="*", help="English sentences to translate")
+    translate.add_argument(
+        "--file", action="append", default=[], help="also translate each line of this file"
+    )
+    translate.add_argument(
+        "--checkpoint",
+        default=None,
+        help=f"a checkpoint folder written by `m2l-nlp train --preset translate` (default: "
+        f"{DEFAULT_TRANSLATOR})",
+    )
+    translate.add_argument(
+        "--beam",
+        type=_whole_number(1),
+        default=None,
+        help="beam search with N beams (default: greedy decoding)",
+    )
+    translate.add_argument(
+        "--max-mb", type=_whole_number(1), default=MAX_MB, help="the limit of one input, in MB"
+    )
+    translate.add_argument(
+        "--impl",
+        choices=IMPLS,
+        default=default_impl(),
+        help="whose model code reads the checkpoint (default: solutions, or exercises in a "
+        "handout)",
+    )
+
     sub.add_parser(
         "grade", help="grade the exercises (`m2l-nlp grade --help` for its options)", add_help=False
     )
@@ -302,10 +335,15 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 def _print_result(run: Any, out: Path, elapsed: float) -> None:
     from m2l_nlp.runs.language_model import LanguageModelRun
+    from m2l_nlp.runs.translation import TranslationRun
 
     history = run.history
-    language_model = isinstance(run, LanguageModelRun)  # its test line came with the log
-    if language_model:
+    # their test lines came with the log
+    language_model = isinstance(run, LanguageModelRun | TranslationRun)
+    if isinstance(run, TranslationRun):
+        summary = ", ".join(f"{c:.1f}" for c in run.metrics["val_chrf"])
+        print(f"validation chrF per epoch: {summary or '-'}")
+    elif language_model:
         summary = ", ".join(f"{b:.3f}" for b in history.get("val_loss", []))
         print(f"validation bits per character per epoch: {summary or '-'}")
     elif "val_acc" in history:
@@ -388,6 +426,29 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_translate(args: argparse.Namespace) -> int:
+    from m2l_nlp.model.translators import translator
+    from m2l_nlp.runs.predict_input import read_reviews
+    from m2l_nlp.runs.translation import Translator, load_checkpoint
+
+    texts = read_reviews(args.sentences, [], args.max_mb, what="sentence")  # InputError
+    for path in args.file:
+        lines = read_reviews([], [path], args.max_mb, what="sentence")[0].splitlines()
+        texts += [line for line in lines if line.strip()]
+    path = Path(args.checkpoint) if args.checkpoint else DEFAULT_TRANSLATOR
+    checkpoint = load_checkpoint(path)  # CheckpointError: reported by main
+    funcs, practical = translator(checkpoint.config, args.impl)
+    model = Translator(funcs, practical, checkpoint.config, checkpoint.tokenizer)
+    greek = model.translate(checkpoint.params, texts, beam=args.beam or 0)
+    scores = checkpoint.meta.get("test_scores", {}).get("greedy")
+    trained = f"test BLEU {scores['bleu']:.1f}, chrF {scores['chrf']:.1f}" if scores else "?"
+    how = f"beam search, {args.beam} beams" if args.beam else "greedy"
+    print(f"checkpoint: {path} ({trained}); {how}", file=sys.stderr)
+    for text in greek:
+        print(text)
+    return 0
+
+
 def _excerpt(text: str, width: int = 60) -> str:
     """The start of ``text`` on one line (runs of whitespace as one space), at most ``width``
     characters. Only the first words are looked at: splitting a whole 50 MB review took
@@ -434,6 +495,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_train(args)
         if args.command == "generate":
             return cmd_generate(args)
+        if args.command == "translate":
+            return cmd_translate(args)
         return cmd_predict(args)
     except (DataError, CheckpointError, RunFolderError, InputError, ModelOutputError) as error:
         print(f"error: {error}", file=sys.stderr)

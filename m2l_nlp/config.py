@@ -186,10 +186,16 @@ class TrainSettings:
     # of batch 8 is too short to pay for its launch, so K = 8 runs more reviews per second; on
     # a CPU, or with batches of 128, 1 is as fast (benchmarks/README.md)
     steps_per_call: int = 1
+    # the widths batches are cut to (length buckets); empty: the platform's
+    # (m2l_nlp.data.batching.default_widths), made for reviews of hundreds of tokens
+    widths: tuple[int, ...] = ()
     seed: int = 0
 
     def __post_init__(self) -> None:
         check_field_types(self)
+        object.__setattr__(self, "widths", tuple(self.widths))
+        if not all(isinstance(w, int) and not isinstance(w, bool) and w >= 1 for w in self.widths):
+            raise ValueError(f"widths must be whole numbers of at least 1, not {list(self.widths)}")
         positive = ("epochs", "batch_size", "crop_len", "eval_every", "eval_batch_size")
         check_at_least(self, 1, (*positive, "steps_per_call"))
         check_at_least(self, 0, ("seed",))
@@ -209,6 +215,7 @@ class TrainSettings:
 TRANSFORMER = "transformer"
 BASELINES = ("bow-mlp", "bigram-mlp", "lstm")  # practical 1's models
 LANGUAGE_MODEL = "char-lm"  # practical 3's decoder, on characters
+TRANSLATION = "translate"  # practical 3's encoder-decoder, English to Greek
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,11 +276,13 @@ class Preset:
 
     description: str
     vocab_size: int  # tokens (for char-lm: at most this many characters, padding included)
-    seq_len: int  # tokens kept per review (for char-lm: the window, in characters)
-    model: dict[str, Any]  # ClassifierConfig, BaselineConfig or LanguageModelConfig fields
+    # tokens kept per review (char-lm: the window, in characters; translate: the longest
+    # source, and the longest translation with its end token)
+    seq_len: int
+    model: dict[str, Any]  # the fields of the architecture's config (ClassifierConfig, ...)
     train: dict[str, Any]  # TrainSettings fields
     val_size: int  # held out from the training split for per-epoch validation
-    architecture: str = TRANSFORMER  # or one of BASELINES, or LANGUAGE_MODEL
+    architecture: str = TRANSFORMER  # or one of BASELINES, LANGUAGE_MODEL or TRANSLATION
     embed_scale: float = 1.0  # initial token embeddings times this (transformer)
     bigram_tokens: int = 0  # > 0: that many frequent token pairs as extra tokens (bigrams.py)
     # True: the model reads each pair token as its own residual row plus its first token's
@@ -287,9 +296,9 @@ class Preset:
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        if self.architecture not in (TRANSFORMER, LANGUAGE_MODEL, *BASELINES):
+        if self.architecture not in (TRANSFORMER, LANGUAGE_MODEL, TRANSLATION, *BASELINES):
             raise ValueError(
-                f"architecture must be {TRANSFORMER}, {LANGUAGE_MODEL} or one of "
+                f"architecture must be {TRANSFORMER}, {LANGUAGE_MODEL}, {TRANSLATION} or one of "
                 f"{', '.join(BASELINES)}, not {self.architecture!r}"
             )
         limits = {
@@ -318,13 +327,15 @@ class Preset:
 
     def model_config(
         self, vocab_size: int | None = None
-    ) -> ClassifierConfig | BaselineConfig | LanguageModelConfig:
+    ) -> ClassifierConfig | BaselineConfig | LanguageModelConfig | TranslationConfig:
         """The model's config, for the data's vocabulary (pair tokens included)."""
         vocab = self.vocab_size if vocab_size is None else vocab_size
         if self.architecture == TRANSFORMER:
             return ClassifierConfig(vocab_size=vocab, max_len=self.seq_len, **self.model)
         if self.architecture == LANGUAGE_MODEL:
             return LanguageModelConfig(vocab_size=vocab, max_len=self.seq_len, **self.model)
+        if self.architecture == TRANSLATION:
+            return TranslationConfig(vocab_size=vocab, max_len=self.seq_len, **self.model)
         return BaselineConfig(model=self.architecture, **self.model)
 
     def check(self) -> None:
@@ -461,6 +472,26 @@ PRESETS["char-lm"] = Preset(
     val_size=500,  # reviews held out of the training split, read every epoch
     architecture=LANGUAGE_MODEL,
     train_reviews=10000,
+)
+
+PRESETS["translate"] = Preset(
+    "practical 3: English to Greek on the Tatoeba pairs, a tokenizer of 8,000 pieces shared "
+    "by both languages, 2 encoder and 2 decoder blocks, d_model 256, sentences of at most "
+    "32 tokens, 12 epochs (about 15 minutes on a 2-core CPU)",
+    vocab_size=8000,
+    seq_len=32,
+    model=dict(num_layers=2, num_heads=4, d_model=256, d_ff=1024, p_dropout=0.1),
+    train=dict(
+        epochs=12,
+        batch_size=64,
+        learning_rate=1e-3,
+        weight_decay=0.01,
+        warmup_fraction=0.05,
+        keep_best=False,
+        widths=(16, 24, 32, 48, 64),  # a row is twice its longer sentence: most are short
+    ),
+    val_size=0,  # the split is by sentence component (m2l_nlp.data.tatoeba.split_pairs)
+    architecture=TRANSLATION,
 )
 
 SMALL_DATA_PRESET = "demo"  # what `--data small` trains when no preset is named

@@ -11,11 +11,13 @@ from typing import Any
 from m2l_nlp.config import (
     LANGUAGE_MODEL,
     TRANSFORMER,
+    TRANSLATION,
     BaselineConfig,
     ClassifierConfig,
     LanguageModelConfig,
     Preset,
     TrainSettings,
+    TranslationConfig,
 )
 
 
@@ -38,9 +40,11 @@ def override(settings: Any, assignments: Sequence[str]) -> Any:
     """
     groups: dict[str, set[str]] = {}
     if isinstance(settings, Preset):
-        model_cls = {TRANSFORMER: ClassifierConfig, LANGUAGE_MODEL: LanguageModelConfig}.get(
-            settings.architecture, BaselineConfig
-        )
+        model_cls = {
+            TRANSFORMER: ClassifierConfig,
+            LANGUAGE_MODEL: LanguageModelConfig,
+            TRANSLATION: TranslationConfig,
+        }.get(settings.architecture, BaselineConfig)
         groups = {
             "model": {f.name for f in dataclasses.fields(model_cls)}
             - {"vocab_size", "max_len", "model"},

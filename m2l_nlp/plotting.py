@@ -159,6 +159,45 @@ def plot_attention_maps(
     return fig
 
 
+def plot_alignment(
+    weights: Any,
+    source_tokens: Sequence[str],
+    target_tokens: Sequence[str],
+    title: str = "Cross-attention: which English tokens each Greek token read",
+) -> Figure:
+    """One translation's cross-attention as an alignment matrix.
+
+    Args:
+        weights: `(T, S)` weights (e.g. one block's, averaged over its heads), or `(h, T, S)`
+            (averaged here); rows are the target's tokens, columns the source's.
+        source_tokens: the `S'` <= `S` source tokens to show (columns).
+        target_tokens: the `T'` <= `T` target tokens to show (rows).
+        title: figure title.
+
+    Returns:
+        A figure with one panel.
+    """
+    w = np.asarray(weights, dtype=np.float64)
+    w = w.mean(axis=0) if w.ndim == 3 else w
+    rows, cols = len(target_tokens), len(source_tokens)
+    if w.ndim != 2 or rows > w.shape[0] or cols > w.shape[1]:
+        raise ValueError(
+            f"{rows} target and {cols} source tokens for weights of shape {np.shape(weights)}: "
+            "give (T, S) or (h, T, S) weights at least that large"
+        )
+    w = w[:rows, :cols]
+    fig = NotebookFigure(figsize=(2.5 + 0.4 * cols, 1.5 + 0.35 * rows), layout="constrained")
+    ax = fig.subplots()
+    image = ax.imshow(w, cmap="viridis", vmin=0, interpolation="none", aspect="auto")
+    ax.set_xticks(np.arange(cols), [str(t) for t in source_tokens], rotation=60, ha="right")
+    ax.set_yticks(np.arange(rows), [str(t) for t in target_tokens])
+    ax.set_xlabel("English (source) token")
+    ax.set_ylabel("Greek (target) token")
+    fig.colorbar(image, ax=ax, shrink=0.8, label="attention weight")
+    ax.set_title(title, fontsize=10)
+    return fig
+
+
 def _history_series(history: Any) -> dict[str, np.ndarray]:
     """Normalise a history (dict of lists, or list of per-epoch dicts) to name -> values."""
     if isinstance(history, Mapping):

@@ -298,7 +298,7 @@ def test_ctrl_c_is_a_message_and_status_130(monkeypatch, capsys):
         (["--file", "-"], b"\n\t", "error: standard input is empty"),
         (["--file", "-"], "caf\xe9".encode("latin-1"), "error: standard input is not UTF-8 text"),
         (["--file", "MISSING"], b"", "cannot read MISSING"),
-        ([], b"", "nothing to score"),
+        ([], b"", "nothing to read"),
         (["caf\udce9"], b"", "review 1 is not valid UTF-8"),  # bytes the shell passed as-is
         (
             ["--file", "-", "--max-mb", "1"],

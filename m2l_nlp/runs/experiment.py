@@ -23,7 +23,7 @@ import jax
 import numpy as np
 
 from m2l_nlp import devices
-from m2l_nlp.config import LANGUAGE_MODEL, Preset
+from m2l_nlp.config import LANGUAGE_MODEL, TRANSLATION, Preset
 from m2l_nlp.data.splits import split_validation
 from m2l_nlp.runs import folders as runs
 from m2l_nlp.train.evaluation import evaluate
@@ -123,10 +123,25 @@ def run_training(request: TrainRequest, say: Callable[[str], None] = print) -> R
         preset.check()
     except TypeError as error:  # a setting of the wrong type: the request's, said the same way
         raise ValueError(str(error)) from None
-    resolve_val_size(preset, request.val_size, request.no_test, n_train=2**62)
-    if request.impl == "exercises" and preset.architecture != LANGUAGE_MODEL:  # named first
+    if preset.architecture == TRANSLATION:  # its validation side is a share of the pairs
+        if request.val_size is not None:
+            raise ValueError(
+                "--val-size is for reviews: the translate preset validates on 5 % of the pairs "
+                "(split by sentence; m2l_nlp/data/tatoeba.py)"
+            )
+    else:
+        resolve_val_size(preset, request.val_size, request.no_test, n_train=2**62)
+    classifier = preset.architecture not in (LANGUAGE_MODEL, TRANSLATION)
+    if request.impl == "exercises" and classifier:  # named first
         check_model_builds(preset, request.impl)
-    if request.data != "small":  # a wrong path is named before anything is created
+    if preset.architecture == TRANSLATION:  # a wrong path is named before anything is created
+        from m2l_nlp.data.tatoeba import resolve_pairs
+        from m2l_nlp.model.translators import check_builds
+
+        if request.impl == "exercises":
+            check_builds(preset, request.impl)
+        resolve_pairs(request.data, progress=request.progress)
+    elif request.data != "small":
         check_source(request.data)
     cache = request.cache_dir or default_cache_dir()
     problem = runs.unwritable(request.out.absolute().parent, "--out") or runs.unwritable(
@@ -140,7 +155,19 @@ def run_training(request: TrainRequest, say: Callable[[str], None] = print) -> R
         say(f"preset {request.name}: {preset.description}")
         if request.changed:
             say(f"changed: {' '.join(request.changed)}")
-        if preset.architecture == LANGUAGE_MODEL:
+        if preset.architecture == TRANSLATION:
+            from m2l_nlp.data.translation import prepare_translation
+            from m2l_nlp.runs.translation import train_translation
+
+            data = prepare_translation(
+                request.data,
+                vocab_size=preset.vocab_size,
+                max_len=preset.seq_len,
+                seed=request.seed,
+                progress=request.progress,
+            )
+            job = functools.partial(train_translation, preset, data, folder)
+        elif preset.architecture == LANGUAGE_MODEL:
             from m2l_nlp.data.characters import prepare_characters
             from m2l_nlp.runs.language_model import train_language_model
 

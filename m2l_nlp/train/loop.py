@@ -129,7 +129,11 @@ def train(
         raise ValueError("the training split is empty")
     if optimizer is None:  # its schedule spans the run: epochs times an epoch's batches
         plan = batching.train_plan(
-            lengths, settings.batch_size, settings.crop_len, np.random.default_rng(settings.seed)
+            lengths,
+            settings.batch_size,
+            settings.crop_len,
+            np.random.default_rng(settings.seed),
+            settings.widths or None,
         )
         optimizer = make_optimizer(settings, settings.epochs * len(plan.widths))
     evaluated = () if eval_data is None else (f"{eval_name}_loss", f"{eval_name}_acc")
@@ -219,7 +223,9 @@ def _epoch(
     read from the device once, at the end; a loss that is not finite raises
     :class:`DivergedError`."""
     rng = np.random.default_rng([settings.seed, epoch])
-    plan = batching.train_plan(lengths, settings.batch_size, settings.crop_len, rng)
+    plan = batching.train_plan(
+        lengths, settings.batch_size, settings.crop_len, rng, settings.widths or None
+    )
     groups = batching.step_groups(plan.widths, settings.steps_per_call)
     arrays = (plan.idx, plan.starts, plan.weights, groups.js, groups.valid)
     arrays = devices.put_replicated(arrays, mesh)  # once per epoch, as every call's input

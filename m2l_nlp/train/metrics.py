@@ -5,7 +5,8 @@ per token (:attr:`Objective.per_token`), which the loop weighs so that padding c
 nothing, and whether the task has a 2x2 confusion matrix. :data:`BINARY` is sentiment
 classification (one logit per review), :data:`TOKENS` a label per token scored per row (the
 reverse-sequence task), :data:`NEXT_CHAR` the next character at every position (practical
-3's language model; its loss is in bits).
+3's language model; its loss is in bits), :data:`TARGET_TOKENS` every token of a
+translation (practical 3's translator).
 """
 
 from __future__ import annotations
@@ -85,6 +86,8 @@ TOKENS = Objective(token_row_loss, token_row_accuracy, binary=False)
 NEXT_CHAR = Objective(
     next_char_loss, next_char_accuracy, binary=False, per_token=True, loss_name="bits/char"
 )
+# practical 3's translator: every target token scored, in bits, padding (label -1) not
+TARGET_TOKENS = NEXT_CHAR._replace(loss_name="bits/token")
 
 
 def confusion_matrix(labels: np.ndarray, logits: np.ndarray) -> np.ndarray:

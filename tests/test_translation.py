@@ -1,0 +1,174 @@
+"""Tests of practical 3's translator outside the graded checks: packing, decoding (cache,
+recomputation, beam search), the run and `m2l-nlp translate`."""
+
+from __future__ import annotations
+
+import json
+import types
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from m2l_nlp import cli
+from m2l_nlp.config import TranslationConfig
+from m2l_nlp.data import tatoeba
+from m2l_nlp.data.tokenization import BOS_ID, EOS_ID, train_translation_tokenizer
+from m2l_nlp.data.translation import NOTHING, pack
+from m2l_nlp.impl import load_practical
+from m2l_nlp.model import translators
+from m2l_nlp.runs.translation import Translator
+
+CONFIG = TranslationConfig(
+    vocab_size=1000, num_layers=1, num_heads=2, d_model=16, d_ff=32, p_dropout=0.0, max_len=12
+)
+
+
+@pytest.fixture(scope="module")
+def small():
+    """The bundled pairs, split, and a tokenizer trained on their training side."""
+    split = tatoeba.split_pairs(tatoeba.read_pairs(tatoeba.SMALL_PAIRS))
+    tokenizer = train_translation_tokenizer([t for p in split.train for t in p], CONFIG.vocab_size)
+    return split, tokenizer
+
+
+@pytest.fixture(scope="module")
+def model(small):
+    funcs, practical = translators.translator(CONFIG, "solutions")
+    params = translators.init_params(funcs, 0, CONFIG.max_len)
+    # numbers of a model that is not at its initialisation: layer norms and biases count
+    rng = np.random.default_rng(0)
+    params = jax.tree_util.tree_map(
+        lambda p: p + 0.2 * rng.standard_normal(p.shape).astype(p.dtype), params
+    )
+    return funcs, practical, params
+
+
+def test_a_pair_is_packed_interleaved_with_its_end_token(small):
+    split, tokenizer = small
+    (ids, mask, labels), dropped = pack(tokenizer, split.train[:50], CONFIG.max_len)
+    assert ids.shape == mask.shape == labels.shape == (50 - dropped, 2 * CONFIG.max_len)
+    pair = split.train[0]
+    source = tokenizer.encode(pair.en, add_special_tokens=False).ids
+    target = tokenizer.encode(pair.el, add_special_tokens=False).ids
+    assert ids[0, 0 : 2 * len(source) : 2].tolist() == source
+    assert ids[0, 1 : 2 * len(target) + 2 : 2].tolist() == [*target, EOS_ID]
+    assert (labels[:, 0::2] == NOTHING).all()  # the source's columns score nothing
+    assert labels[0, 1 : 2 * len(target) + 2 : 2].tolist() == [*target, EOS_ID]
+    assert mask[0].sum() == 2 * max(len(source), len(target) + 1)
+    assert tokenizer.decode(ids[0, 1 : 2 * len(target) : 2].tolist()) == pair.el
+
+
+def test_a_pair_longer_than_the_window_is_left_out_and_counted(small):
+    split, tokenizer = small
+    long = tatoeba.Pair(en=" ".join(["word"] * 40), el="λέξη")
+    (ids, _, _), dropped = pack(tokenizer, [split.train[0], long], CONFIG.max_len)
+    assert (len(ids), dropped) == (1, 1)
+
+
+def test_the_cached_decoder_and_recomputing_give_the_forwards_logits(small, model):
+    funcs, practical, params = model
+    split, tokenizer = small
+    rows = pack(tokenizer, split.val[:4], CONFIG.max_len)[0][0]
+    for decoder in (
+        translators.cached_decoder(CONFIG, practical),
+        translators.recomputing_decoder(CONFIG, practical),
+    ):
+        translators.check_decoder(params, decoder, funcs, rows, BOS_ID)  # raises if not
+
+
+def test_a_translator_without_a_working_cache_says_so_and_translates_the_same(small, model, capsys):
+    funcs, practical, params = model
+    _, tokenizer = small
+    sentences = ["I love you.", "Where is the station?", "Tom is here."]
+    right = Translator(funcs, practical, CONFIG, tokenizer).translate(params, sentences)
+
+    def unfinished(*args):
+        raise NotImplementedError("attend_with_cache: not started")
+
+    broken = types.SimpleNamespace(**{**vars(practical), "translation_step": unfinished})
+    slower = Translator(funcs, broken, CONFIG, tokenizer)
+    assert slower.translate(params, sentences) == right
+    assert not slower.decoder.cached
+    assert "translating without it" in capsys.readouterr().err
+
+
+def test_beam_search_of_one_beam_is_greedy_and_more_beams_find_likelier_text():
+    """A stand-in model whose likeliest first token leads nowhere good: greedy takes it,
+    two beams find the likelier whole sentence."""
+    vocab, end = 5, EOS_ID
+    table = np.full((vocab, vocab), -9.0, np.float32)  # log-probabilities of next | token
+    table[BOS_ID, 3], table[BOS_ID, 4] = np.log(0.55), np.log(0.45)
+    table[3, :] = np.log(0.2)  # after 3: anything, nothing likely
+    table[4, end] = np.log(0.95)
+    table[end, 0] = 0.0
+
+    def step(tokens, at, state):
+        return jnp.asarray(table)[tokens], state
+
+    start = jnp.full((1,), BOS_ID, jnp.int32)
+    greedy = load_practical("practical3_translation", "solutions").greedy_decode(
+        step, (), start, 4, end
+    )
+    one = translators.beam_search(step, (), start, 4, end, width=1, length_penalty=0.0)
+    two = translators.beam_search(step, (), start, 4, end, width=2, length_penalty=0.0)
+    assert np.asarray(one).tolist() == np.asarray(greedy).tolist()
+    assert np.asarray(greedy)[0, 0] == 3
+    assert np.asarray(two)[0].tolist() == [4, end, 0, 0]
+
+
+def test_translate_refuses_what_is_not_a_translator_in_one_line(tmp_path, capsys):
+    assert cli.main(["translate", "--checkpoint", str(tmp_path / "none"), "Hello."]) == 2
+    assert "there is no checkpoint at" in capsys.readouterr().err
+    (tmp_path / "lm").mkdir()
+    (tmp_path / "lm" / "characters.json").write_text("{}")
+    assert cli.main(["translate", "--checkpoint", str(tmp_path / "lm"), "Hello."]) == 2
+    assert "character language model's checkpoint" in capsys.readouterr().err
+    assert cli.main(["translate", "--checkpoint", str(tmp_path / "none"), " "]) == 2
+    assert "sentence 1 is empty" in capsys.readouterr().err
+
+
+TINY = [
+    "--set",
+    "seq_len=12",
+    "--set",
+    "vocab_size=1000",
+    "--set",
+    "model.num_layers=1",
+    "--set",
+    "model.d_model=16",
+    "--set",
+    "model.d_ff=32",
+    "--set",
+    "model.num_heads=2",
+    "--set",
+    "train.widths=[8, 16, 24]",
+]
+
+
+@pytest.mark.slow
+def test_train_then_translate(tmp_path, capsys):
+    """A tiny translator on the bundled pairs: validation chrF each epoch, test BLEU and
+    chrF with both baselines and sacreBLEU's signatures, a checkpoint `translate` reads."""
+    out = tmp_path / "tr"
+    args = ["train", "--preset", "translate", "--data", "small", "--epochs", "1"]
+    assert cli.main([*args, *TINY, "--no-progress", "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    for words in ("validation:", "chrF", "beam 4", "retrieval, random pair split", "tok:13a"):
+        assert words in said
+    metrics = json.loads((out / "metrics.json").read_text())
+    assert set(metrics["test_scores"]) == {
+        "greedy",
+        "beam 4",
+        "retrieval",
+        "retrieval, random pair split",
+    }
+    assert metrics["split"]["pairs"]["test"] > 0 and metrics["cached_decoding"]
+    checkpoint = str(out / "checkpoint")
+    assert cli.main(["translate", "--checkpoint", checkpoint, "I love you.", "--beam", "2"]) == 0
+    assert capsys.readouterr().out.strip()
+    assert cli.main(["translate", "--checkpoint", checkpoint, "--impl", "exercises", "Hi."]) in (
+        0,
+        2,
+    )
