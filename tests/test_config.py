@@ -21,7 +21,11 @@ def test_presets_are_valid_configs():
         preset.check()
         assert isinstance(preset.settings(), TrainSettings)
         model = preset.model_config()
-        kind = {config.TRANSFORMER: ClassifierConfig, config.LANGUAGE_MODEL: LanguageModelConfig}
+        kind = {
+            config.TRANSFORMER: ClassifierConfig,
+            config.LANGUAGE_MODEL: LanguageModelConfig,
+            config.TRANSLATION: config.TranslationConfig,
+        }
         assert isinstance(model, kind.get(preset.architecture, BaselineConfig))
 
 

@@ -172,3 +172,20 @@ def test_train_then_translate(tmp_path, capsys):
         0,
         2,
     )
+
+
+def test_training_the_stubs_is_refused_in_one_line_before_a_folder_is_made(tmp_path, capsys):
+    out = tmp_path / "mine"
+    args = ["train", "--preset", "translate", "--data", "small", "--impl", "exercises"]
+    assert cli.main([*args, "--out", str(out)]) == 2
+    said = capsys.readouterr().err
+    assert "finish the exercises first" in said and "Traceback" not in said
+    assert not out.exists()
+
+
+def test_bucket_widths_are_whole_numbers():
+    from m2l_nlp.config import TrainSettings
+
+    assert TrainSettings(widths=[16, 32]).widths == (16, 32)
+    with pytest.raises(ValueError, match="widths must be whole numbers"):
+        TrainSettings(widths=(16, 0))

@@ -120,10 +120,17 @@ def check_translation_block_matches_reference(ctx):
     params = perturb(run_haiku(_block(0.1, False), ctx.ref, None, *inputs), ctx.rng("params"))
     want = run_haiku(_block(0.1, False), ctx.ref, params, *inputs)
     got = _call_block(ctx, params, *inputs)
-    cross = expect_array(got[2], "the cross-attention weights", axes="(B, h, T, S)")
-    expect_close(cross, want[2], "the cross-attention weights", hint=_cross_slip(cross, inputs[3]))
     own = expect_array(got[1], "the self-attention weights", axes="(B, h, T, T)")
     expect_close(own, want[1], "the self-attention weights", hint=_self_slip(own, inputs[1]))
+    cross = expect_array(got[2], "the cross-attention weights", axes="(B, h, T, S)")
+    expect_close(
+        cross,
+        want[2],
+        "the cross-attention weights",
+        hint=_cross_slip(cross, inputs[3])
+        or "Your self-attention is right: the cross-attention's queries are the output of "
+        "the first sub-layer (after norm_1), its keys and values the encoder's memory.",
+    )
     expect_close(
         got[0],
         want[0],
@@ -246,15 +253,29 @@ def _pair(rng: np.random.Generator):
 @model.check(gate=True)
 def check_transformer_matches_reference(ctx):
     """Logits `(B, T, V)` of padded targets over padded sources match the reference."""
-    compare_module(
-        ctx,
-        _transformer("whole"),
-        *_pair(ctx.rng()),
-        names=("the logits of Transformer",),
-        hint="encode the source (embedding with its mask, positions, the encoder), then "
-        "decode: embed the target, add positions, every block with both masks and the "
-        "memory, then `head`.",
+    inputs = _pair(ctx.rng())
+    build = _transformer("whole")
+    params = perturb(run_haiku(build, ctx.ref, None, *inputs), ctx.rng("params"))
+    want = run_haiku(build, ctx.ref, params, *inputs)
+    got = expect_array(
+        run_haiku(build, ctx.student, params, *inputs), "the logits", axes="(B, T, V)"
     )
+    hint = (
+        "encode the source (embedding with its mask, positions, the encoder), then decode: "
+        "embed the target, add positions, every block with both masks and the memory, then "
+        "`head`."
+    )
+    if got.shape == want.shape and not np.allclose(got, want, atol=1e-5, rtol=1e-4):
+        source, source_mask, target, target_mask = inputs
+        more = [np.pad(a, ((0, 0), (0, 1))) for a in (source, source_mask)]
+        moved = run_haiku(build, ctx.student, params, *more, target, target_mask)
+        if not np.allclose(expect_array(moved, "the logits"), got, atol=1e-5, rtol=1e-4):
+            hint = (
+                "Your logits change when the source gets more padding: the source's padding "
+                "must stay hidden, in the encoder and in every block's cross-attention "
+                "(source_mask)."
+            )
+    expect_close(got, want, "the logits of Transformer", hint=hint)
 
 
 @model.check
