@@ -1003,8 +1003,11 @@ def translation_step(
 #
 # translator_model = funcs_from_stateful(translation)
 # translator_params = init_translator(translator_model, 0, config.max_len)
-# trained = train(translator_model, translator_params, pairs.train, settings, objective=TARGET_TOKENS)
-# print(f"validation: {bits_per_token(translator_model, trained.params, pairs.val):.3f} bits per token")
+# trained = train(
+#     translator_model, translator_params, pairs.train, settings, objective=TARGET_TOKENS
+# )
+# bits = bits_per_token(translator_model, trained.params, pairs.val)
+# print(f"validation: {bits:.3f} bits per target token")
 # plotting.plot_training_curves(trained.history, title="Training curves (bits per token)")
 
 

@@ -118,36 +118,36 @@ loss = exercise(
 )
 
 
-def _variants(logits: np.ndarray, ids: np.ndarray, mask: np.ndarray) -> dict[str, float]:
-    """The typical slips' values, in NumPy (float64), to name the one a wrong loss made."""
-    shifted = logits - logits.max(-1, keepdims=True)
-    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+def _variants(reference, logits: np.ndarray, ids: np.ndarray, mask: np.ndarray) -> dict[str, float]:
+    """The typical slips' values, to name the one a wrong loss made: each is the
+    reference's loss of other inputs (no loss is computed here, where a student's code
+    could import it). ``reference(logits, ids, mask)`` scores ``logits[:, :-1]`` against
+    ``ids[:, 1:]`` over ``mask[:, 1:]``; a column put in front or behind moves what it pairs."""
 
-    def nll(lp, targets, weights, per_row=False):
-        picked = np.take_along_axis(lp, targets[..., None], -1)[..., 0]
-        if per_row:
-            rows = (-(picked * weights).sum(1)) / np.maximum(weights.sum(1), 1)
-            return float(rows.mean())
-        return float(-(picked * weights).sum() / max(weights.sum(), 1))
+    def front(a):  # a column in front: position i of `a` becomes i + 1
+        return np.concatenate([np.zeros_like(a[:, :1]), a], axis=1)
+
+    def behind(a):
+        return np.concatenate([a, np.zeros_like(a[:, :1])], axis=1)
+
+    def value(*arrays) -> float:
+        return float(reference(*arrays))
 
     own = (
         "the targets are not shifted: position i is scored against its own character, which "
         "it can see (score the logits at i against the id at i + 1)"
     )
+    rows = [value(*(a[r : r + 1] for a in (logits, ids, mask))) for r in range(len(ids))]
     return {
-        own: nll(log_probs, ids, mask.astype(float)),
-        own + " ": nll(log_probs[:, 1:], ids[:, 1:], mask[:, 1:].astype(float)),
+        own: value(behind(logits), front(ids), front(mask)),
+        own + " ": value(behind(logits[:, 1:]), front(ids[:, 1:]), front(mask[:, 1:])),
         "padding is counted: a target whose mask is 0 is not a character (weigh each target "
-        "by the mask of its own position, mask[:, 1:])": nll(
-            log_probs[:, :-1], ids[:, 1:], np.ones_like(ids[:, 1:], float)
-        ),
+        "by the mask of its own position, mask[:, 1:])": value(logits, ids, np.ones_like(mask)),
         "each row's mean is averaged over the rows: a long text and a short one then weigh "
-        "the same; average over all the targets that count": nll(
-            log_probs[:, :-1], ids[:, 1:], mask[:, 1:].astype(float), per_row=True
-        ),
+        "the same; average over all the targets that count": float(np.mean(rows)),
         "the targets are weighed by the mask of the position that predicts them (mask[:, :-1])"
-        ": use the mask of the target itself (mask[:, 1:])": nll(
-            log_probs[:, :-1], ids[:, 1:], mask[:, :-1].astype(float)
+        ": use the mask of the target itself (mask[:, 1:])": value(
+            logits, ids, front(mask[:, :-1])
         ),
     }
 
@@ -167,7 +167,7 @@ def check_loss_matches_reference(ctx):
     got = expect_array(jitted(ctx.student.next_token_loss)(logits, ids, mask), "the loss", shape=())
     if abs(float(got) - want) <= 1e-4 * max(1.0, abs(want)):
         return
-    for slip, value in _variants(logits.astype(np.float64), ids, mask).items():
+    for slip, value in _variants(jitted(ctx.ref.next_token_loss), logits, ids, mask).items():
         if abs(float(got) - value) <= 1e-4 * max(1.0, abs(value)):
             fail(f"the loss is {float(got):.6g}, the reference's {want:.6g}: {slip.strip()}")
     fail(

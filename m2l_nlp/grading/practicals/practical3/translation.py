@@ -352,6 +352,9 @@ shift = exercise(
 )
 
 
+EXAMPLE = "see the example in the exercise's text (the target, then the input)"
+
+
 def _shift_slip(got: np.ndarray, ids: np.ndarray, first: int) -> str:
     if got.shape != ids.shape:
         return f"the shape should stay {ids.shape}: put `first` in front and drop the last column"
@@ -382,7 +385,7 @@ def check_shift_right(ctx):
         if got.shape != want.shape or not np.array_equal(got, want):
             fail(
                 f"shift_right({what}, first={first}) is not the start token followed by "
-                f"columns 0..T-2: {_shift_slip(got, array, first) or 'see the example above'}"
+                f"columns 0..T-2: {_shift_slip(got, array, first) or EXAMPLE}"
             )
 
 
@@ -410,37 +413,6 @@ seq_loss = exercise(
 )
 
 
-def _loss_variants(logits: np.ndarray, targets: np.ndarray, mask: np.ndarray) -> dict[str, float]:
-    """The typical slips' values, in NumPy (float64), to name the one a wrong loss made."""
-    shifted = logits - logits.max(-1, keepdims=True)
-    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
-
-    def nll(lp, t, w, per_row=False):
-        picked = np.take_along_axis(lp, t[..., None], -1)[..., 0]
-        if per_row:
-            return float(((-(picked * w).sum(1)) / np.maximum(w.sum(1), 1)).mean())
-        return float(-(picked * w).sum() / max(w.sum(), 1))
-
-    weights = mask.astype(float)
-    return {
-        "padding is counted: a position whose mask is 0 is no target (weigh each position "
-        "by its mask)": nll(log_probs, targets, np.ones_like(weights)),
-        "the targets are shifted a second time (logits[:, :-1] against targets[:, 1:]): "
-        "shift_right already moved the decoder's input, so the logits at t score target t": nll(
-            log_probs[:, :-1], targets[:, 1:], weights[:, 1:]
-        ),
-        "each row's mean is averaged over the rows: a long sentence and a short one then "
-        "weigh the same; average over all the real tokens": nll(
-            log_probs, targets, weights, per_row=True
-        ),
-        "the sum is divided by every position, padding included: divide by the number of "
-        "real tokens": float(
-            -(np.take_along_axis(log_probs, targets[..., None], -1)[..., 0] * weights).sum()
-            / weights.size
-        ),
-    }
-
-
 def _seq_batch(rng: np.random.Generator):
     targets, mask = char_batch(rng, 3, T + 2)
     mask[1, 2:] = 0  # rows of different lengths: a per-row mean then differs
@@ -457,7 +429,25 @@ def check_sequence_loss_matches_reference(ctx):
     )
     if abs(float(got) - want) <= 1e-4 * max(1.0, abs(want)):
         return
-    for slip, value in _loss_variants(logits.astype(np.float64), targets, mask).items():
+    # the typical slips' values, from the reference on other inputs: no loss is computed
+    # here, where a student's code could import it
+    reference = jitted(ctx.ref.sequence_loss)
+    rows = [
+        float(reference(logits[r : r + 1], targets[r : r + 1], mask[r : r + 1])) for r in range(3)
+    ]
+    slips = {
+        "padding is counted: a position whose mask is 0 is no target (weigh each position "
+        "by its mask)": float(reference(logits, targets, np.ones_like(mask))),
+        "the targets are shifted a second time (logits[:, :-1] against targets[:, 1:]): "
+        "shift_right already moved the decoder's input, so the logits at t score target t": float(
+            reference(logits[:, :-1], targets[:, 1:], mask[:, 1:])
+        ),
+        "each row's mean is averaged over the rows: a long sentence and a short one then "
+        "weigh the same; average over all the real tokens": float(np.mean(rows)),
+        "the sum is divided by every position, padding included: divide by the number of "
+        "real tokens": want * mask.sum() / mask.size,
+    }
+    for slip, value in slips.items():
         if abs(float(got) - value) <= 1e-4 * max(1.0, abs(value)):
             fail(f"the loss is {float(got):.6g}, the reference's {want:.6g}: {slip}")
     fail(
@@ -523,34 +513,6 @@ def _greedy(max_len: int):
     return build
 
 
-def _simulate(table, by_position, drift, start, max_len, slip=""):
-    """Greedy decoding of the stand-in model in NumPy, right or with one ``slip``."""
-    tokens, out = start.copy(), np.zeros((len(start), max_len), np.int64)
-    done = np.zeros(len(start), bool)
-    for at in range(max_len):
-        calls = 0 if slip == "state" else at
-        read = start if slip == "start" else tokens
-        logits = table[np.arange(len(start)), read] + by_position[:, at] + drift * calls
-        new = logits.argmax(-1)
-        if slip != "no end":
-            new = np.where(done, 0, new)
-        out[:, at] = new
-        done = done | (new == END)
-        if slip == "all end":
-            done = np.full_like(done, done.any())
-        tokens = new
-    return out
-
-
-SLIPS = {
-    "no end": "a sentence goes on after its end token: once a row has written end_id, write "
-    "padding (0) in it, whatever the step says",
-    "all end": "every sentence stops when the first one ends: each row is done on its own",
-    "start": "every step reads the start token: feed each step the token the last one chose",
-    "state": "every step gets the first state: hand each call the state the last one returned",
-}
-
-
 def _greedy_inputs(rng: np.random.Generator, rows: int, max_len: int):
     """A stand-in model whose rows end at different positions (one never ends)."""
     vocab = 9
@@ -564,9 +526,30 @@ def _greedy_inputs(rng: np.random.Generator, rows: int, max_len: int):
     return table, by_position, drift, start
 
 
-def _decode_greedy(ctx, max_len, table, by_position, drift, start):
-    got = run_haiku(_greedy(max_len), ctx.student, {}, table, by_position, drift, start)
+def _decode_greedy(ctx, max_len, table, by_position, drift, start, namespace=None):
+    """The ids the student's ``greedy_decode`` (or ``namespace``'s) writes for the stand-in."""
+    ns = ctx.student if namespace is None else namespace
+    got = run_haiku(_greedy(max_len), ns, {}, table, by_position, drift, start)
     return expect_array(got, "the decoded ids", shape=(len(start), max_len), axes="(B, max_len)")
+
+
+def _greedy_slip(got: np.ndarray, want: np.ndarray) -> str:
+    """What wrong ids show ('' if nothing recognised): a row going on after its end token,
+    or rows stopping at another row's end."""
+    for row in got:
+        ends = np.flatnonzero(row == END)
+        if len(ends) and (row[ends[0] + 1 :] != 0).any():
+            return (
+                "a sentence goes on after its end token: once a row has written end_id, write "
+                "padding (0) in it, whatever the step says"
+            )
+    for row, right in zip(got, want, strict=True):
+        if END not in row and (row == 0).any() and (right != 0).all():
+            return (
+                "a row stops without writing its end token (when another row ended?): each "
+                "row is done on its own, once it has written end_id"
+            )
+    return ""
 
 
 @greedy.check(gate=True)
@@ -575,13 +558,13 @@ def check_greedy_decode_matches_the_loop(ctx):
     at every step, fed back, with padding after each row's end token (under jax.jit)."""
     max_len = 7
     inputs = _greedy_inputs(ctx.rng(), 4, max_len)
-    want = _simulate(*inputs, max_len)
+    want = _decode_greedy(ctx, max_len, *inputs, namespace=ctx.ref)
     got = _decode_greedy(ctx, max_len, *inputs)
     if np.array_equal(got, want):
         return
-    for slip, words in SLIPS.items():
-        if np.array_equal(got, _simulate(*inputs, max_len, slip)):
-            fail(f"the decoded ids differ from greedy decoding's: {words}")
+    slip = _greedy_slip(got, want)
+    if slip:
+        fail(f"the decoded ids differ from greedy decoding's: {slip}")
     row = int(np.flatnonzero((got != want).any(1))[0])
     fail(
         f"row {row} decodes to {got[row].tolist()}, greedy decoding gives {want[row].tolist()}: "
