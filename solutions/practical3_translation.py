@@ -1038,10 +1038,11 @@ def translation_step(
 
 
 # %% [markdown]
-# Which English tokens each Greek token read: the cross-attention of the last block,
-# averaged over its heads, for the translation of one sentence. Rows are the Greek tokens
-# the decoder read (the start token, then its own translation), columns the English ones.
-# A trained model's bright cells tend to follow the words that translate each other; with
+# Which English tokens the decoder read while it wrote: the cross-attention of the last
+# block, averaged over its heads, for the translation of one sentence. Row `t` is the Greek
+# token the decoder read at position `t` (the start token, then its own translation) while
+# it chose the token after it; the columns are the English tokens. Trained on all the pairs,
+# the bright cells run down a diagonal: writing "σταθμό" the model reads "station". With
 # the small data there is less to see.
 
 # %% active="ipynb"
@@ -1050,7 +1051,7 @@ def translation_step(
 #     return model.cross_attention_maps(source_ids, source_mask, target_ids, target_mask)
 #
 #
-# SENTENCE = "I love you."
+# SENTENCE = "Where is the station?"
 # greek_ids = pairs.tokenizer.encode(translator.translate(trained.params, [SENTENCE])[0]).ids
 # source = np.array([pairs.tokenizer.encode(SENTENCE).ids])
 # target = np.array([[BOS_ID, *greek_ids]])
