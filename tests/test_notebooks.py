@@ -321,7 +321,7 @@ def test_an_untested_dm_haiku_already_installed_is_one_message(tmp_path):
 def test_the_tested_versions_are_one_setting():
     """m2l_nlp/authoring/colab_tested.txt reaches every notebook's setup cell and the Colab lane."""
     tested = make_notebooks.colab_tested()
-    assert tested.startswith("dm-haiku==")
+    assert any(pin.startswith("dm-haiku==") for pin in tested.split())
     for path, text in make_notebooks.planned(ROOT).items():
         if path.suffix == ".ipynb":
             assert f'TESTED = \\"{tested}\\"' in text

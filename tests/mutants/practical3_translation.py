@@ -7,9 +7,20 @@ MUTANTS = {
         ("off by one", [("jnp.int32))\n    # END", "jnp.int32), 1)\n    # END")]),
     ],
     "decoder_block": [
-        ("no causal mask", [("causal_mask(x.shape[-2])[None, :, :] * ", "")]),
+        (
+            "no causal mask",
+            [("causal_mask(x.shape[-2])[None, :, :] * jnp.asarray(mask)", "jnp.asarray(mask)")],
+        ),
         ("padding attended to", [(" * jnp.asarray(mask)[:, None, :]", "")]),
-        ("no residual", [("self.norm_1(x + dropout(attended))", "self.norm_1(dropout(attended))")]),
+        (
+            "no residual",
+            [
+                (
+                    "self.norm_1(x + dropout(attended))\n        x = self.norm_2(x + dropout(self.f",
+                    "self.norm_1(dropout(attended))\n        x = self.norm_2(x + dropout(self.f",
+                )
+            ],
+        ),
     ],
     "transformer_decoder": [
         (
@@ -81,7 +92,17 @@ MUTANTS = {
                 )
             ],
         ),
-        ("NaN without targets", [("jnp.maximum(counts.sum(), 1.0)", "counts.sum()")]),
+        (
+            "NaN without targets",
+            [
+                (
+                    "-(picked * counts).sum() / jnp.maximum(counts.sum(), 1.0)\n    # END SOLUTION"
+                    '\n\n\n# %% active="ipynb"\n# check("next_token_loss"',
+                    "-(picked * counts).sum() / counts.sum()\n    # END SOLUTION"
+                    '\n\n\n# %% active="ipynb"\n# check("next_token_loss"',
+                )
+            ],
+        ),
     ],
     "sample_next": [
         ("temperature ignored", [("scaled = logits / temperature", "scaled = logits")]),
