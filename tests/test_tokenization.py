@@ -244,3 +244,16 @@ def test_encode_sentences_adds_nothing(translation_tok):
 def test_translation_vocab_leaves_room_for_the_alphabet():
     with pytest.raises(ValueError, match="at least"):
         tokenization.train_translation_tokenizer(["a b"], vocab_size=100)
+
+
+def test_the_test_side_round_trips_through_a_tokenizer_of_the_training_side():
+    """Trained on the training pairs alone, the tokenizer gives back every English and Greek
+    sentence of the test side exactly (accents, final sigma, spacing), with no [UNK]."""
+    from m2l_nlp.data import tatoeba
+
+    split = tatoeba.split_pairs(tatoeba.read_pairs(tatoeba.resolve_pairs("small")))
+    tok = tokenization.train_translation_tokenizer([t for p in split.train for t in p], 1500)
+    texts = [t for p in split.test for t in p]
+    unknown = tok.token_to_id(tokenization.UNK_TOKEN)
+    for text, ids in zip(texts, tokenization.encode_sentences(tok, texts), strict=True):
+        assert unknown not in ids and tok.decode(ids) == text
