@@ -73,6 +73,9 @@ class Translator:
     def _choose(self, params: Any, source: np.ndarray) -> translators.Decoder:
         cached = translators.cached_decoder(self.config, self.practical)
         rows = np.stack([source, source], axis=2).reshape(len(source), -1)  # any target will do
+        self.funcs.predict_fw(
+            params, rows, np.ones_like(rows)
+        )  # the model's own errors, as they are
         try:
             translators.check_decoder(params, cached, self.funcs, rows, BOS_ID)
         except (ValueError, NotImplementedError) as error:
