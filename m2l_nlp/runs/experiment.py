@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import json
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -325,31 +324,23 @@ def _train_and_evaluate(
         )
     funcs, config, params, tie = models.init_for_preset(preset, data, seed, impl, *train_split[:2])
     _check_first_batch(preset, funcs, params, tie, train_split, impl)
-    fingerprint = json.loads(
-        json.dumps(
-            dict(
-                preset=dataclasses.asdict(preset),
-                name=name,
-                impl=impl if isinstance(impl, str) else "",
-                seed=seed,
-                val_size=val_size,
-                no_test=no_test,
-                data=Path(data.cache_path).name if getattr(data, "cache_path", None) else None,
-            )
-        )
+    fingerprint = runs.fingerprint(
+        preset=dataclasses.asdict(preset),
+        name=name,
+        impl=impl if isinstance(impl, str) else "",
+        seed=seed,
+        val_size=val_size,
+        no_test=no_test,
+        data=Path(data.cache_path).name if getattr(data, "cache_path", None) else None,
     )
     begin, on_epoch = None, None
     if folder is not None:
         if resume:
-            info, arrays = folder.load_progress(fingerprint)
-            begin = runs.progress_from_saved(info, arrays)
+            begin = folder.resume_from(fingerprint)
             log(f"resuming after epoch {begin.epoch} of {settings.epochs}")
 
         def on_epoch(done: Progress) -> None:
-            info, arrays = runs.progress_to_save(done)
-            folder.save_progress(
-                dict(info, epochs=settings.epochs, fingerprint=fingerprint), arrays
-            )
+            folder.keep_epoch(done, settings.epochs, fingerprint)
 
     mesh = devices.make_mesh()
     try:

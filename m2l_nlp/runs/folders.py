@@ -350,6 +350,15 @@ class RunFolder:
         with np.load(self.partial / progress["arrays"]) as arrays:
             return progress, {key: arrays[key] for key in arrays.files}
 
+    def keep_epoch(self, done: Progress, epochs: int, fingerprint: dict[str, Any]) -> None:
+        """Keep the loop's state after an epoch (``done``) as the run's progress."""
+        info, arrays = progress_to_save(done)
+        self.save_progress(dict(info, epochs=epochs, fingerprint=fingerprint), arrays)
+
+    def resume_from(self, fingerprint: dict[str, Any]) -> Progress:
+        """The kept progress of an interrupted run with the same ``fingerprint``."""
+        return progress_from_saved(*self.load_progress(fingerprint))
+
     # --- at the end --------------------------------------------------------------------------
 
     def commit(self, write: Callable[[Path], None], marker: dict[str, Any]) -> None:
@@ -492,6 +501,12 @@ def _result_from_json(saved: dict[str, Any] | None) -> EvalResult | None:
     confusion = None if saved["confusion"] is None else np.asarray(saved["confusion"])
     loss = math.nan if saved["loss"] is None else saved["loss"]
     return EvalResult(saved["accuracy"], loss, confusion, saved["count"])
+
+
+def fingerprint(**settings: Any) -> dict[str, Any]:
+    """The settings a resumed run must share with the interrupted one, as JSON reads them
+    back (tuples become lists)."""
+    return json.loads(json.dumps(settings))
 
 
 def progress_to_save(progress: Progress) -> tuple[dict[str, Any], dict[str, np.ndarray]]:

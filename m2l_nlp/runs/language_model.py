@@ -82,21 +82,16 @@ def train_language_model(
         f"{config.max_len} characters; {data.vocab.size} character ids"
     )
     writer = Writer(funcs, practical, config, data.vocab)
-    fingerprint = json.loads(
-        json.dumps(
-            dict(
-                preset=dataclasses.asdict(preset),
-                name=name,
-                seed=seed,
-                no_test=no_test,
-                impl=impl if isinstance(impl, str) else "",
-            )  # fmt: skip
-        )
+    fingerprint = runs.fingerprint(
+        preset=dataclasses.asdict(preset),
+        name=name,
+        seed=seed,
+        no_test=no_test,
+        impl=impl if isinstance(impl, str) else "",
     )
     begin = None
     if folder is not None and resume:
-        info, arrays = folder.load_progress(fingerprint)
-        begin = runs.progress_from_saved(info, arrays)
+        begin = folder.resume_from(fingerprint)
         log(f"resuming after epoch {begin.epoch} of {settings.epochs}")
     structure = jax.tree_util.tree_structure(params)
 
@@ -104,10 +99,7 @@ def train_language_model(
         trained = jax.tree_util.tree_unflatten(structure, done.state[: structure.num_leaves])
         log(f"  sample: {SAMPLE_PROMPT + writer.sample(trained, SAMPLE_PROMPT)!r}")
         if folder is not None:
-            info, arrays = runs.progress_to_save(done)
-            folder.save_progress(
-                dict(info, epochs=settings.epochs, fingerprint=fingerprint), arrays
-            )
+            folder.keep_epoch(done, settings.epochs, fingerprint)
 
     mesh = devices.make_mesh()
     try:

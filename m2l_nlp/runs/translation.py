@@ -183,21 +183,16 @@ def train_translation(
     translator = Translator(funcs, practical, config, data.tokenizer)
     val_english, val_greek = tatoeba.references(data.pairs.val)
     val_english, val_greek = val_english[:VAL_SCORED], val_greek[:VAL_SCORED]
-    fingerprint = json.loads(
-        json.dumps(
-            dict(
-                preset=dataclasses.asdict(preset),
-                name=name,
-                seed=seed,
-                no_test=no_test,
-                impl=impl if isinstance(impl, str) else "",
-            )  # fmt: skip
-        )
+    fingerprint = runs.fingerprint(
+        preset=dataclasses.asdict(preset),
+        name=name,
+        seed=seed,
+        no_test=no_test,
+        impl=impl if isinstance(impl, str) else "",
     )
     begin = None
     if folder is not None and resume:
-        info, arrays = folder.load_progress(fingerprint)
-        begin = runs.progress_from_saved(info, arrays)
+        begin = folder.resume_from(fingerprint)
         log(f"resuming after epoch {begin.epoch} of {settings.epochs}")
     structure = jax.tree_util.tree_structure(params)
     # read here, not by the loop: its evaluation keeps every logit, (N, 2L, V), on the host
@@ -214,10 +209,7 @@ def train_translation(
                 f"{validation['val_chrf'][-1]:.1f} ({len(val_english)} sentences, greedy)"
             )
         if folder is not None:
-            info, arrays = runs.progress_to_save(done)
-            folder.save_progress(
-                dict(info, epochs=settings.epochs, fingerprint=fingerprint), arrays
-            )
+            folder.keep_epoch(done, settings.epochs, fingerprint)
 
     mesh = devices.make_mesh()
     try:
