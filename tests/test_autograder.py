@@ -657,7 +657,7 @@ def graded(installed, tmp_path_factory):
     bystander = None
     if ROOT_ONLY:
         uid, gid = (int(_id(_student_user(env), flag)) for flag in ("-u", "-g"))
-        bystander = subprocess.Popen(["sleep", "900"], user=uid, group=gid, extra_groups=[])
+        bystander = subprocess.Popen(["sleep", "86400"], user=uid, group=gid, extra_groups=[])
     pairs = []
     for name, folder in cases.items():
         target = results_file if name == "rewrite_results" else tmp_path / f"{name}.json"

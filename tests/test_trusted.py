@@ -780,7 +780,8 @@ def test_a_failure_in_any_stage_costs_its_own_submission_only(tmp_path, monkeypa
         assert f"injected into {stage}" in log + json.dumps(data), stage
     honest = json.loads(jobs[-1][1].read_text())
     p1 = [t for t in honest["tests"] if t["tags"][0] == "practical1_baselines"]
-    assert honest["score"] == sum(t["max_score"] for t in p1) > 0
+    lost = [t.get("output", "") for t in p1 if t["score"] < t["max_score"]]
+    assert honest["score"] == sum(t["max_score"] for t in p1) > 0, (lost, log[-3000:])
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith("m2l-")] == []
 
 
@@ -824,7 +825,8 @@ def test_the_memory_watch_waits_while_the_reference_starts_again():
 
 def test_memory_the_kernel_holds_for_the_student_counts_against_the_budget(tmp_path):
     """A detached System V segment and a file in an in-memory folder belong to no process,
-    yet they are memory: the watch counts both."""
+    yet they are memory: the watch counts both, and of the folder's growth only the student
+    user's files (another process's file there is not the submission's)."""
     import subprocess
 
     from m2l_nlp.grading.trusted.limits import MemoryWatch, TmpfsGrowth, detached_shared_memory
@@ -861,20 +863,41 @@ def test_memory_the_kernel_holds_for_the_student_counts_against_the_budget(tmp_p
     growth = TmpfsGrowth()
     if "/dev/shm" not in growth.mounts:
         pytest.skip("no writable tmpfs /dev/shm here")
-    planted = Path("/dev/shm") / f"m2l-test-{os.getpid()}"
-    try:
-        planted.write_bytes(b"\1" * (4 << 20))
-        assert growth.grown() >= 4 << 20
-        extra = lambda pids: detached_shared_memory(nobody) + growth.grown()  # noqa: E731
-        with MemoryWatch(2 << 20, set, lambda: None, interval=0.05, extra=extra) as watch:
-            deadline = time.monotonic() + 5
+    theirs = Path("/dev/shm") / f"m2l-test-{os.getpid()}-theirs"  # another process's file
+    planted = Path("/dev/shm") / f"m2l-test-{os.getpid()}"  # the student's
+    write = f"open({str(planted)!r}, 'wb').write(b'1' * (4 << 20))"
+
+    def watched() -> int | None:
+        with MemoryWatch(
+            2 << 20,
+            set,
+            lambda: None,
+            interval=0.05,
+            extra=lambda pids: detached_shared_memory(nobody) + growth.grown(),
+            exact=lambda pids: detached_shared_memory(nobody) + growth.files_of(nobody),
+        ) as watch:
+            deadline = time.monotonic() + 2
             while watch.tripped is None and time.monotonic() < deadline:
                 time.sleep(0.05)
-        assert watch.reset() >= 4 << 20
+        return watch.reset()
+
+    try:
+        theirs.write_bytes(b"\1" * (4 << 20))
+        assert growth.grown() >= 4 << 20
+        assert growth.files_of(nobody) == 0
+        assert watched() is None  # the machine's growth alone stops nobody
+        kw = {"user": nobody, "group": nobody, "extra_groups": [], "cwd": "/", "check": True}
+        subprocess.run([python, "-I", "-c", write], **kw)
+        assert growth.files_of(nobody) >= 4 << 20
+        assert growth.files_of(nobody, most=1) is None  # too many to look at: not trusted
+        assert watched() >= 4 << 20
+        theirs.unlink()
+        planted.unlink()
         growth.reset()
         assert growth.grown() < 1 << 20
     finally:
         planted.unlink(missing_ok=True)
+        theirs.unlink(missing_ok=True)
 
 
 def test_memory_only_files_count_once_and_the_reference_time_credited_is_bounded():

@@ -664,11 +664,20 @@ def grade(
         def held_by_the_kernel(pids: set[int]) -> int:
             return detached_shared_memory(uid) + tmpfs.grown() + memory_files_of(pids)
 
+        def held_for_the_student(pids: set[int]) -> int:
+            # Of the in-memory folders' growth, only the student user's files are its: other
+            # processes on the machine write there too. Without a user of its own, a
+            # submission's files cannot be told from theirs, and none are counted.
+            files = tmpfs.files_of(uid) if batch.user is not None else 0
+            files = tmpfs.grown() if files is None else files
+            return detached_shared_memory(uid) + files + memory_files_of(pids)
+
         batch.watch = MemoryWatch(
             budget,
             pids=lambda: descendants(batch.keep()),
             kill=lambda: signal_descendants(batch.keep()),
             extra=held_by_the_kernel,
+            exact=held_for_the_student,
         )
         with batch.watch:
             for number, (submission, results_path) in enumerate(jobs):

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import resource
+import stat
 import sys
 import threading
 import time
@@ -155,7 +156,8 @@ def detached_shared_memory(uid: int) -> int:
 
 class TmpfsGrowth:
     """How much the writable in-memory file systems (``/dev/shm``, a tmpfs ``/tmp``) grew
-    since :meth:`reset`: files there are memory that no process's size shows."""
+    since :meth:`reset`: files there are memory that no process's size shows. The growth is
+    the whole machine's, a quick upper bound; :meth:`files_of` is one user's share."""
 
     def __init__(self) -> None:
         self.mounts: list[str] = []
@@ -186,17 +188,44 @@ class TmpfsGrowth:
     def grown(self) -> int:
         return max(0, self.used() - self.base)
 
+    def files_of(self, uid: int, most: int = 100_000) -> int | None:
+        """Bytes of the files user ``uid`` owns in these file systems (each file once), or
+        None when they hold more than ``most`` entries to look at (then only the growth
+        bounds it: hiding among many files gains nothing)."""
+        sizes: dict[tuple[int, int], int] = {}
+        todo, seen = list(self.mounts), 0
+        while todo:
+            try:
+                with os.scandir(todo.pop()) as entries:
+                    for entry in entries:
+                        seen += 1
+                        if seen > most:
+                            return None
+                        try:
+                            st = entry.stat(follow_symlinks=False)
+                        except OSError:
+                            continue
+                        if stat.S_ISDIR(st.st_mode):
+                            todo.append(entry.path)
+                        elif st.st_uid == uid:
+                            sizes[(st.st_dev, st.st_ino)] = st.st_blocks * 512
+            except OSError:
+                continue
+        return sum(sizes.values())
+
 
 class MemoryWatch:
     """A thread that adds up the memory of a submission's processes (``pids()``) every
     ``interval`` seconds and kills them all when they hold more than ``budget`` bytes
     together: per-process limits cannot make a total. ``tripped``: the total that it
     stopped, until :meth:`reset`. ``extra(pids)``: more bytes to count (System V segments
-    and in-memory files the submission left, which no process's size shows)."""
+    and in-memory files the submission left, which no process's size shows), quickly and
+    perhaps too many; ``exact(pids)``: the same counted exactly, asked before killing."""
 
-    def __init__(self, budget: int, pids, kill, interval: float = 0.1, extra=None):
+    def __init__(self, budget: int, pids, kill, interval: float = 0.1, extra=None, exact=None):
         self.budget, self._pids, self._kill, self.interval = budget, pids, kill, interval
         self._extra = extra  # memory the kernel holds for them outside any process
+        self._exact = exact  # slower: only when the quick count is over the budget
         self.tripped: int | None = None
         self.peak = 0
         self.paused = False  # while the reference's own process starts (not the student's)
@@ -221,8 +250,10 @@ class MemoryWatch:
                 continue
             try:
                 pids = self._pids()
-                total = sum(memory_of(pid) for pid in pids)
-                total += self._extra(pids) if self._extra is not None else 0
+                processes = sum(memory_of(pid) for pid in pids)
+                total = processes + (self._extra(pids) if self._extra is not None else 0)
+                if total > self.budget and self._exact is not None:
+                    total = processes + self._exact(pids)
                 self.peak = max(self.peak, total)
                 if total > self.budget:
                     self.tripped = total
