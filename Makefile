@@ -68,9 +68,10 @@ test-slow: $(STAMP)
 	$(BIN)/python -m pytest tests --ignore=tests/graded --impl solutions -q -n $(JOBS) -m slow \
 	    --dist loadfile
 
-# Compatibility environments (CI runs them after `make test`; they need pyenv's Python 3.10,
-# 3.12 and 3.13, or FLOORS_PYTHON / COLAB_PYTHON / COLAB_PREVIOUS_PYTHON / NEWEST_PYTHON): the
-# dependency floors of pyproject.toml on the oldest supported Python; Colab's runtime as
+# Compatibility environments (CI runs them beside `make test` and `make test-slow`; they need
+# pyenv's Python 3.10, 3.12 and 3.13, or FLOORS_PYTHON / COLAB_PYTHON / COLAB_PREVIOUS_PYTHON /
+# NEWEST_PYTHON): the dependency floors of pyproject.toml on the oldest supported Python;
+# Colab's runtime as
 # published (.ci/colab-pip-freeze.txt: Python 3.13, jax 0.7.2 and the rest of Colab's
 # versions), set up by the notebooks' own setup cell, with the solved notebooks run as in
 # Colab; Colab's previous runtime the same way (.ci/colab-previous-pip-freeze.txt: Python
