@@ -741,6 +741,9 @@ def test_a_failure_in_any_stage_costs_its_own_submission_only(tmp_path, monkeypa
     from m2l_nlp.grading.trusted import grader
 
     monkeypatch.setenv("M2L_GRADER_USER", "root")  # student code as this user: no other here
+    # time limits are tested elsewhere: here a loaded machine must not stop the honest one
+    monkeypatch.setattr(grader, "MIN_LIMIT_S", 300.0)
+    monkeypatch.setattr(grader, "LOAD_LIMIT_S", 300.0)
     current = [-1]
     grade_one = grader._grade_one
 
