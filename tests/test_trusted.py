@@ -863,12 +863,19 @@ def test_memory_the_kernel_holds_for_the_student_counts_against_the_budget(tmp_p
         ctypes.CDLL(None).shmctl(ident, 0, None)
     assert detached_shared_memory(nobody) == before
 
-    growth = TmpfsGrowth()
+    growth = TmpfsGrowth((nobody, nobody))
     if "/dev/shm" not in growth.mounts:
         pytest.skip("no writable tmpfs /dev/shm here")
     theirs = Path("/dev/shm") / f"m2l-test-{os.getpid()}-theirs"  # another process's file
     planted = Path("/dev/shm") / f"m2l-test-{os.getpid()}"  # the student's
     write = f"open({str(planted)!r}, 'wb').write(b'1' * (4 << 20))"
+    # the student's, deleted while it holds it open: no walk sees it, the growth does
+    held = (
+        f"import os, time\nfd = os.open({str(planted)!r} + '-held', os.O_CREAT | os.O_RDWR)\n"
+        f"os.unlink({str(planted)!r} + '-held')\nos.write(fd, b'1' * (4 << 20))\n"
+        "print(1, flush=True)\ntime.sleep(60)\n"
+    )
+    kw = {"user": nobody, "group": nobody, "extra_groups": [], "cwd": "/"}
 
     def watched() -> int | None:
         with MemoryWatch(
@@ -877,28 +884,38 @@ def test_memory_the_kernel_holds_for_the_student_counts_against_the_budget(tmp_p
             lambda: None,
             interval=0.05,
             extra=lambda pids: detached_shared_memory(nobody) + growth.grown(),
-            exact=lambda pids: detached_shared_memory(nobody) + growth.files_of(nobody),
+            exact=lambda pids: detached_shared_memory(nobody) + growth.grown_by_student(),
         ) as watch:
             deadline = time.monotonic() + 2
             while watch.tripped is None and time.monotonic() < deadline:
                 time.sleep(0.05)
         return watch.reset()
 
+    holder = None
     try:
         theirs.write_bytes(b"\1" * (4 << 20))
         assert growth.grown() >= 4 << 20
-        assert growth.files_of(nobody) == 0
+        assert growth.grown_by_student() < 1 << 20
         assert watched() is None  # the machine's growth alone stops nobody
-        kw = {"user": nobody, "group": nobody, "extra_groups": [], "cwd": "/", "check": True}
-        subprocess.run([python, "-I", "-c", write], **kw)
-        assert growth.files_of(nobody) >= 4 << 20
-        assert growth.files_of(nobody, most=1) is None  # too many to look at: not trusted
+        subprocess.run([python, "-I", "-c", write], check=True, **kw)
+        assert growth.grown_by_student() >= 4 << 20
         assert watched() >= 4 << 20
-        theirs.unlink()
         planted.unlink()
+        assert growth.grown_by_student() < 1 << 20
+        holder = subprocess.Popen([python, "-I", "-c", held], stdout=subprocess.PIPE, **kw)
+        holder.stdout.readline()
+        assert growth.grown_by_student() >= 4 << 20
+        assert watched() >= 4 << 20
+        theirs.unlink()  # another process's file gone: the student's share stays
+        assert growth.grown_by_student() >= 4 << 20
+        holder.kill()
+        holder.wait()
         growth.reset()
         assert growth.grown() < 1 << 20
     finally:
+        if holder is not None:
+            holder.kill()
+            holder.wait()
         planted.unlink(missing_ok=True)
         theirs.unlink(missing_ok=True)
 

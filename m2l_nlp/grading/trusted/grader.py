@@ -658,18 +658,17 @@ def grade(
             log(f"error: {err}")
             raise
         budget = int(batch.settings.memory_budget_mb * 2**20)
-        tmpfs = TmpfsGrowth()
+        tmpfs = TmpfsGrowth(batch.user)
         uid = batch.user[0] if batch.user is not None else os.getuid()
 
         def held_by_the_kernel(pids: set[int]) -> int:
             return detached_shared_memory(uid) + tmpfs.grown() + memory_files_of(pids)
 
         def held_for_the_student(pids: set[int]) -> int:
-            # Of the in-memory folders' growth, only the student user's files are its: other
-            # processes on the machine write there too. Without a user of its own, a
+            # Other processes on the machine write in the in-memory folders too: what their
+            # files grew by is not the submission's. Without a user of its own, a
             # submission's files cannot be told from theirs, and none are counted.
-            files = tmpfs.files_of(uid) if batch.user is not None else 0
-            files = tmpfs.grown() if files is None else files
+            files = tmpfs.grown_by_student() if batch.user is not None else 0
             return detached_shared_memory(uid) + files + memory_files_of(pids)
 
         batch.watch = MemoryWatch(

@@ -156,10 +156,12 @@ def detached_shared_memory(uid: int) -> int:
 
 class TmpfsGrowth:
     """How much the writable in-memory file systems (``/dev/shm``, a tmpfs ``/tmp``) grew
-    since :meth:`reset`: files there are memory that no process's size shows. The growth is
-    the whole machine's, a quick upper bound; :meth:`files_of` is one user's share."""
+    since :meth:`reset`: files there are memory that no process's size shows.
+    :meth:`grown` is the whole machine's growth, quick; :meth:`grown_by_student` leaves out
+    what the files that ``student`` (``(uid, gid)``) may not write grew by: other processes
+    on the machine write there too."""
 
-    def __init__(self) -> None:
+    def __init__(self, student: tuple[int, int] | None = None) -> None:
         self.mounts: list[str] = []
         try:
             with open("/proc/mounts", encoding="utf-8") as handle:
@@ -170,7 +172,8 @@ class TmpfsGrowth:
         except OSError:
             pass
         self.mounts = list(dict.fromkeys(self.mounts))
-        self.base = self.used()
+        self.student = student
+        self.reset()
 
     def used(self) -> int:
         total = 0
@@ -183,15 +186,18 @@ class TmpfsGrowth:
         return total
 
     def reset(self) -> None:
-        self.base = self.used()
+        self.base, self.others_base = self.used(), self.others()
 
     def grown(self) -> int:
         return max(0, self.used() - self.base)
 
-    def files_of(self, uid: int, most: int = 100_000) -> int | None:
-        """Bytes of the files user ``uid`` owns in these file systems (each file once), or
-        None when they hold more than ``most`` entries to look at (then only the growth
-        bounds it: hiding among many files gains nothing)."""
+    def others(self, most: int = 100_000) -> int | None:
+        """Bytes of the files there that the student may not write (each file once); None
+        without a student, or past ``most`` entries to look at. Only what can be seen is
+        left out: a file deleted while open, or too deep to reach, counts as the student's."""
+        if self.student is None:
+            return None
+        uid, gid = self.student
         sizes: dict[tuple[int, int], int] = {}
         todo, seen = list(self.mounts), 0
         while todo:
@@ -207,11 +213,25 @@ class TmpfsGrowth:
                             continue
                         if stat.S_ISDIR(st.st_mode):
                             todo.append(entry.path)
-                        elif st.st_uid == uid:
+                            continue
+                        writable = (
+                            st.st_uid == uid
+                            or st.st_mode & stat.S_IWOTH
+                            or (st.st_gid == gid and st.st_mode & stat.S_IWGRP)
+                        )
+                        if not writable:
                             sizes[(st.st_dev, st.st_ino)] = st.st_blocks * 512
             except OSError:
                 continue
         return sum(sizes.values())
+
+    def grown_by_student(self) -> int:
+        """The growth less the growth of the files the student may not write (all of the
+        growth where they cannot be counted: too many files, or no student)."""
+        used, others = self.used(), self.others()
+        if others is None or self.others_base is None:
+            return self.grown()
+        return max(0, (used - self.base) - (others - self.others_base))
 
 
 class MemoryWatch:
