@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -875,7 +876,17 @@ def test_memory_the_kernel_holds_for_the_student_counts_against_the_budget(tmp_p
         f"os.unlink({str(planted)!r} + '-held')\nos.write(fd, b'1' * (4 << 20))\n"
         "print(1, flush=True)\ntime.sleep(60)\n"
     )
+    # 4 MB files, counted to within 1 MB: other processes' files may come and go meanwhile
     kw = {"user": nobody, "group": nobody, "extra_groups": [], "cwd": "/"}
+    opened = Path("/dev/shm") / f"m2l-test-{os.getpid()}-open"
+    deepest = Path("/dev/shm") / f"m2l-test-{os.getpid()}-deep"
+    deep = (  # a path longer than PATH_MAX: reached only folder by folder
+        f"import os\nd = os.open('/dev/shm', os.O_RDONLY)\n"
+        f"for name in [{deepest.name!r}] + ['d' * 250] * 20:\n"
+        "    os.mkdir(name, dir_fd=d)\n    d = os.open(name, os.O_RDONLY, dir_fd=d)\n"
+        "f = os.open('f', os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=d)\n"
+        "os.write(f, b'1' * (4 << 20))\n"
+    )
 
     def watched() -> int | None:
         with MemoryWatch(
@@ -898,26 +909,38 @@ def test_memory_the_kernel_holds_for_the_student_counts_against_the_budget(tmp_p
         assert growth.grown_by_student() < 1 << 20
         assert watched() is None  # the machine's growth alone stops nobody
         subprocess.run([python, "-I", "-c", write], check=True, **kw)
-        assert growth.grown_by_student() >= 4 << 20
-        assert watched() >= 4 << 20
+        assert growth.grown_by_student() >= 3 << 20
+        assert watched() >= 3 << 20
         planted.unlink()
         assert growth.grown_by_student() < 1 << 20
         holder = subprocess.Popen([python, "-I", "-c", held], stdout=subprocess.PIPE, **kw)
         holder.stdout.readline()
-        assert growth.grown_by_student() >= 4 << 20
-        assert watched() >= 4 << 20
+        assert growth.grown_by_student() >= 3 << 20
+        assert watched() >= 3 << 20
         theirs.unlink()  # another process's file gone: the student's share stays
-        assert growth.grown_by_student() >= 4 << 20
+        assert growth.grown_by_student() >= 3 << 20
         holder.kill()
         holder.wait()
+        assert growth.grown_by_student() < 1 << 20
+        # another user's file that the student may write, and the student's too deep to walk
+        opened.touch()
+        opened.chmod(0o666)
+        append = f"open({str(opened)!r}, 'ab').write(b'1' * (4 << 20))"
+        subprocess.run([python, "-I", "-c", append], check=True, **kw)
+        assert growth.grown_by_student() >= 3 << 20
+        opened.unlink()
+        subprocess.run([python, "-I", "-c", deep], check=True, **kw)
+        assert growth.grown_by_student() >= 3 << 20
+        shutil.rmtree(deepest)
         growth.reset()
         assert growth.grown() < 1 << 20
     finally:
         if holder is not None:
             holder.kill()
             holder.wait()
-        planted.unlink(missing_ok=True)
-        theirs.unlink(missing_ok=True)
+        for path in (planted, theirs, opened):
+            path.unlink(missing_ok=True)
+        shutil.rmtree(deepest, ignore_errors=True)
 
 
 def test_memory_only_files_count_once_and_the_reference_time_credited_is_bounded():
