@@ -65,12 +65,37 @@ def test_sentences_are_nfc(tmp_path):
         (b"", "holds no pairs"),
         (b"\xef\xbb\xbf\r\n\r\n", "holds no pairs"),
         (b"1\ta\t2\tb\n3\t\xe9t\xe9\t4\tsummer\n", r"not UTF-8 text \(byte 10, line 2\)"),
+        # a copy that stopped short: zeros where the rest should be, or half a character
+        (
+            b"1\ta\t2\tb\n" + b"\0" * 64,
+            r"damaged: it holds null bytes \(the first at byte 8, line 2",
+        ),
+        (b"1\ta\t2\tb\n\0\n3\tc\t4\td\n", "null bytes"),
+        ("1\tΣ' αγαπώ.".encode()[:9], r"looks truncated: it ends in the middle of a character"),
     ],
 )
 def test_bad_files_are_refused_in_one_line(tmp_path, data, match):
     with pytest.raises(tatoeba.PairsFormatError, match=match) as err:
         tatoeba.read_pairs(_write(tmp_path / "p.tsv", data))
     assert "\n" not in str(err.value) and isinstance(err.value, imdb_archive.DataError)
+
+
+def test_swapped_columns_are_refused_by_their_script(tmp_path, small):
+    """Greek in the English column of most pairs: the file would train a Greek-to-English
+    model under the English-to-Greek name."""
+    swapped = "".join(f"1\t{p.en}\t2\t{p.el}\n" for p in small[:50]).encode()
+    with pytest.raises(tatoeba.PairsFormatError, match="the columns look swapped") as err:
+        tatoeba.read_pairs(_write(tmp_path / "swapped.tsv", swapped))
+    assert "holds Greek in 50 of 50 pairs" in str(err.value) and "\n" not in str(err.value)
+    # an English sentence that quotes a Greek word is no swap
+    quoting = "".join(f"1\t{p.el}\t2\t{p.en}\n" for p in small[:50]) + "3\tάλφα\t4\tάλφα\n"
+    assert len(tatoeba.read_pairs(_write(tmp_path / "right.tsv", quoting.encode()))) == 51
+
+
+def test_greek_is_told_by_its_letters():
+    assert tatoeba.is_greek("Σ' αγαπώ.") and tatoeba.is_greek("Ἀθῆναι")
+    assert not tatoeba.is_greek("I love you.") and not tatoeba.is_greek("The letter α.")
+    assert not tatoeba.is_greek("123 !?")
 
 
 def test_bundled_excerpt(small):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import unicodedata
 from collections.abc import Sequence
 from pathlib import Path
@@ -138,13 +139,27 @@ def _read_bytes(path: Path) -> bytes:
 def read_pairs(path: str | os.PathLike) -> list[Pair]:
     """The pairs of a Tatoeba ``el-en.tsv``, in file order, each sentence NFC-normalised and
     stripped. Anything but UTF-8 lines of exactly four tab-separated fields (a byte-order
-    mark, CRLF or LF, blank lines aside) raises :class:`PairsFormatError`."""
+    mark, CRLF or LF, blank lines aside) raises :class:`PairsFormatError`, as do null bytes
+    (a damaged file) and Greek in the English column of most pairs (columns swapped, which
+    would train a model in the wrong direction without a word)."""
     path = Path(path)
     raw = _read_bytes(path)
+    zero = raw.find(b"\x00")  # no text has one; a crashed copy or a bad disk leaves zeros
+    if zero >= 0:
+        line = raw.count(b"\n", 0, zero) + 1
+        raise PairsFormatError(
+            f"{path} is damaged: it holds null bytes (the first at byte {zero}, line {line}), "
+            f"which no text file has: copy or download {_WHAT} again"
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
         line = raw.count(b"\n", 0, err.start) + 1
+        if err.end == len(raw) and err.reason == "unexpected end of data":
+            raise PairsFormatError(
+                f"{path} looks truncated: it ends in the middle of a character (byte "
+                f"{err.start}, line {line}): copy or download {_WHAT} again"
+            ) from err
         raise PairsFormatError(
             f"{path} is not UTF-8 text (byte {err.start}, line {line}): is it {_WHAT}? "
             f"Give the file itself, or set {SOURCE_ENV}=/path/to/el-en.tsv"
@@ -170,7 +185,24 @@ def read_pairs(path: str | os.PathLike) -> list[Pair]:
         pairs.append(Pair(en=en, el=el))
     if not pairs:
         raise PairsFormatError(f"{path} holds no pairs: is it {_WHAT}? Give another copy")
+    swapped = sum(is_greek(pair.en) and not is_greek(pair.el) for pair in pairs)
+    if 2 * swapped > len(pairs):  # most of them: a few English sentences may quote Greek
+        raise PairsFormatError(
+            f"{path}: the English column (the 4th) holds Greek in {swapped} of {len(pairs)} "
+            "pairs, and the Greek column (the 2nd) does not: the columns look swapped (the "
+            "order is Greek id, Greek sentence, English id, English sentence); swap them back, "
+            "e.g. awk -F'\\t' -v OFS='\\t' '{print $3, $4, $1, $2}' in.tsv > out.tsv"
+        )
     return pairs
+
+
+_GREEK = re.compile(r"[\u0370-\u03ff\u1f00-\u1fff]")  # Greek and Coptic, Greek Extended
+_LATIN = re.compile(r"[A-Za-z\u00c0-\u024f]")
+
+
+def is_greek(text: str) -> bool:
+    """Whether ``text`` is written mostly in Greek letters (more Greek letters than Latin)."""
+    return len(_GREEK.findall(text)) > len(_LATIN.findall(text))
 
 
 # --------------------------------------------------------------------------- splits
