@@ -66,8 +66,10 @@ def test_generation_never_runs_past_the_window():
     generation.check_window(4, 20, 24)
     with pytest.raises(generation.WindowError, match="at most 20 new ones"):
         generation.check_window(4, 21, 24)
-    with pytest.raises(generation.WindowError, match="shorten the prompt"):
-        generation.check_window(30, 1, 24)
+    for prompt in (24, 30):  # no room left: a number that works, never "at most 0"
+        with pytest.raises(generation.WindowError, match="shorten the prompt") as err:
+            generation.check_window(prompt, 1, 24)
+        assert "to at most 23 characters" in str(err.value) and "at most 0" not in str(err.value)
     with pytest.raises(generation.WindowError, match="empty"):
         generation.check_window(0, 1, 24)
 

@@ -38,12 +38,17 @@ def check_window(prompt_len: int, new_chars: int, window: int) -> None:
     """Refuse (:class:`WindowError`) what would run past the window of ``window`` characters."""
     if prompt_len < 1:
         raise WindowError("the prompt is empty: give at least one character to continue")
+    room = window - prompt_len
+    if room < 1:  # no count of new characters would do: the prompt itself must shrink
+        raise WindowError(
+            f"the model reads at most {window} characters, prompt included, and the prompt "
+            f"has {prompt_len}: shorten the prompt to at most {window - 1} characters (a "
+            f"prompt of P characters leaves room for {window} - P new ones)"
+        )
     if prompt_len + new_chars > window:
-        room = window - prompt_len
         raise WindowError(
             f"the model reads at most {window} characters, prompt included: with a prompt of "
-            f"{prompt_len}, ask for at most {max(room, 0)} new ones (--max-chars)"
-            + ("" if room > 0 else ", or shorten the prompt")
+            f"{prompt_len}, ask for at most {room} new ones (--max-chars), or shorten the prompt"
         )
 
 
