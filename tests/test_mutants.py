@@ -1,13 +1,20 @@
 """Mutants of a practical's reference, found by convention: ``tests/mutants/<practical>.py``
 defines ``MUTANTS = {exercise: [(slip, [(text in the solution, replacement), ...]), ...]}``.
-Each mutant must fail its exercise's checks (practicals 1 and 2 keep theirs, with the
-messages each slip must get, in tests/test_practical1.py and tests/test_grading.py)."""
+Each mutant must fail its exercise's checks (practicals 1 and 2 keep most of theirs, with the
+messages each slip must get, in tests/test_practical1.py and tests/test_grading.py).
+
+A mutant may add a third item, ``{"says": text, "not": text}`` (either key optional): the
+message its failure must hold, and one that no message of it may hold. Those are asserted
+twice: graded against the reference module (the course repository) and against its recorded
+answers (a student's handout, where a hint can ask the reference only what was recorded)."""
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import itertools
+import json
 import shutil
 import sys
 from pathlib import Path
@@ -15,32 +22,30 @@ from pathlib import Path
 import pytest
 
 from m2l_nlp.grading.checks.catalog import load_exercises
-from m2l_nlp.grading.checks.runner import outcome, reference, run_check
+from m2l_nlp.grading.checks.expected import Replay
+from m2l_nlp.grading.checks.runner import outcome, reference, run_check, stub_lines_of
+from m2l_nlp.grading.trusted.recording import record
 
 ROOT = Path(__file__).resolve().parent.parent
 _counter = itertools.count()
 
 
-def _mutants() -> list[tuple[str, str, str, list[tuple[str, str]]]]:
+def _mutants() -> list[tuple[str, str, str, list[tuple[str, str]], dict[str, str]]]:
     found = []
     for path in sorted((ROOT / "tests" / "mutants").glob("*.py")):
         spec = importlib.util.spec_from_file_location(f"mutants_{path.stem}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         for exercise, cases in module.MUTANTS.items():
-            found += [(path.stem, exercise, slip, edits) for slip, edits in cases]
+            for slip, edits, *said in cases:
+                found.append((path.stem, exercise, slip, edits, said[0] if said else {}))
     return found
 
 
 MUTANTS = _mutants()
 
 
-@pytest.mark.parametrize(
-    ("practical", "exercise", "slip", "edits"),
-    MUTANTS,
-    ids=[f"{m[1]}-{m[2]}" for m in MUTANTS] or None,
-)
-def test_a_mutant_fails_its_exercise(tmp_path, practical, exercise, slip, edits):
+def _mutant(tmp_path: Path, practical: str, edits: list[tuple[str, str]]):
     # The practical's folder, copied as a package of its own: a practical may import another
     # one beside it (`from .practical2_transformers import ...`).
     package = f"mutant_{next(_counter)}"
@@ -53,16 +58,53 @@ def test_a_mutant_fails_its_exercise(tmp_path, practical, exercise, slip, edits)
     path.write_text(text, encoding="utf-8")
     sys.path.insert(0, str(tmp_path))
     try:
-        module = importlib.import_module(f"{package}.{practical}")
+        return importlib.import_module(f"{package}.{practical}")
     finally:
         sys.path.remove(str(tmp_path))
+
+
+@functools.cache
+def _recorded(exercise: str) -> Replay:
+    """The reference's answers to ``exercise``'s checks, recorded as ``make handout`` does,
+    and read back through JSON as a handout reads them."""
     ex = load_exercises()[exercise]
-    statuses = []
+    ref = reference(ex.practical)
+    recorder = record({exercise: ex}, ex.practical, ref, stub_lines_of(ref))
+    return Replay(json.loads(json.dumps(recorder.records)), recorder.stub_lines)
+
+
+def _grade(module, exercise: str, ref) -> list[tuple[str, str]]:
+    """(status, message) of each check; against recorded answers the student's own earlier
+    work is called, as in a handout (no reference stands in for it)."""
+    ex = load_exercises()[exercise]
+    results = []
     for chk in ex.checks:
         try:
-            run_check(ex, chk, module, reference(ex.practical), [vars(module)])
+            run_check(ex, chk, module, ref, [vars(module)])
             err = None
         except Exception as caught:  # noqa: BLE001 - its status is what is tested
             err = caught
-        statuses.append(outcome(err, {module.__file__})[0])
-    assert any(s == "failed" for s in statuses), f"{slip!r} was not caught: {statuses}"
+        results.append(outcome(err, {module.__file__}))
+    return results
+
+
+@pytest.mark.parametrize(
+    ("practical", "exercise", "slip", "edits", "said"),
+    MUTANTS,
+    ids=[f"{m[1]}-{m[2]}" for m in MUTANTS] or None,
+)
+def test_a_mutant_fails_its_exercise(tmp_path, practical, exercise, slip, edits, said):
+    module = _mutant(tmp_path, practical, edits)
+    ex = load_exercises()[exercise]
+    graded = [("the reference", reference(ex.practical))]
+    if said:
+        graded.append(("the recorded answers", _recorded(exercise)))
+    for where, ref in graded:
+        results = _grade(module, exercise, ref)
+        statuses = [status for status, _ in results]
+        assert any(s == "failed" for s in statuses), f"{slip!r} was not caught: {statuses}"
+        messages = "\n".join(message for status, message in results if status == "failed")
+        if "says" in said:
+            assert said["says"] in messages, f"{slip!r} against {where}:\n{messages}"
+        if "not" in said:
+            assert said["not"] not in messages, f"{slip!r} against {where}:\n{messages}"

@@ -78,6 +78,13 @@ class Context:
     exercise: Exercise
     check: Check
 
+    @property
+    def recording(self) -> bool:
+        """Whether the reference's answers are being recorded (``make handout``, the trusted
+        grader): a check then also asks the questions its hints would ask on a failure, so
+        that the recorded answers hold them when a student's code fails there."""
+        return isinstance(self.ref, expected.Recorder)
+
     def rng(self, salt: str = "") -> np.random.Generator:
         """A generator that gives the same inputs on every run of this check (with the same
         grading seed, :func:`~m2l_nlp.grading.checks.tools.seeded`)."""

@@ -296,23 +296,42 @@ def _mha_hint(ctx, params, q, k, v, got, want) -> str:
         return _HEADS_HINT
     name = {key.rsplit("/", 1)[-1]: key for key in params}
     identity = {"w": np.eye(D, dtype=np.float32), "b": np.zeros(D, np.float32)}
+    q_, k_, v_, o_ = (params[name[f"proj_{x}"]] for x in "qkvo")
     slips = (
         (
             {name["proj_o"]: identity},
             "Yours leaves out the output projection: return self.proj_o of the merged heads.",
         ),
         (
-            {name["proj_k"]: params[name["proj_q"]]},
+            {name["proj_k"]: q_},
             "Your keys are projected with proj_q: "
             "project k with self.proj_k (and v with self.proj_v).",
         ),
         (
-            {name["proj_v"]: params[name["proj_q"]]},
+            {name["proj_v"]: q_},
             "Your values are projected with proj_q: project v with self.proj_v.",
         ),
         (
-            {name["proj_v"]: params[name["proj_k"]]},
+            {name["proj_v"]: k_},
             "Your values are projected with proj_k: project v with self.proj_v.",
+        ),
+        (
+            {name["proj_k"]: v_},
+            "Your keys are projected with proj_v: project k with self.proj_k.",
+        ),
+        (
+            {name["proj_k"]: v_, name["proj_v"]: k_},
+            "Your keys and values swap their projections: project k with self.proj_k and v "
+            "with self.proj_v.",
+        ),
+        (
+            {name["proj_q"]: k_},
+            "Your queries are projected with proj_k: project q with self.proj_q.",
+        ),
+        (
+            {name["proj_q"]: o_},
+            "Your queries are projected with proj_o: project q with self.proj_q, and keep "
+            "proj_o for the merged heads.",
         ),
     )
     for change, hint in slips:
@@ -339,6 +358,8 @@ def check_mha_matches_reference(ctx):
     want = run_haiku(_mha_build, ctx.ref, params, q, k, v)
     got = run_haiku(_mha_build, ctx.student, params, q, k, v)
     got = _expect_tuple(got, 2, "MultiheadAttention")
+    if ctx.recording:  # the hint's questions, recorded for a handout
+        _mha_hint(ctx, params, q, k, v, want, want)
     try:
         expect_close(got[0], want[0], "the output")
         expect_close(got[1], want[1], "the attention weights")
@@ -354,6 +375,18 @@ def check_mha_masks(ctx):
     pad = _mask(rng, B, 6)
     full = np.broadcast_to(pad[:, None, :], (B, 4, 6)).copy()
     full[0, 1, :3] = 0
+    # A mask's hint only where the output without a mask matches: else the slip is elsewhere
+    # (mha_matches_reference names it) and every mask below would be blamed for it.
+    compare_module(
+        ctx,
+        _mha_build,
+        q,
+        k,
+        v,
+        names=("the output without a mask", "the attention weights without a mask"),
+        hint="Yours differs before any mask is given: fix what mha_matches_reference "
+        "reports first; this check then looks at the masks.",
+    )
     for mask, label, wanted in (
         (pad, "(B, S_k)", "(B, 1, 1, S_k), mask[:, None, None, :]"),
         (pad[:, None, :], "(B, 1, S_k)", "(B, 1, 1, S_k), mask[:, None]"),

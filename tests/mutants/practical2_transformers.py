@@ -1,0 +1,78 @@
+"""Mutants of practical 2's reference whose messages must name the slip (its other mutants,
+and the hints of scaled_dot_product and positional_encoding, are in tests/test_grading.py)."""
+
+_MASK_HINT = "look at the mask"  # mha_masks' hint, for mask slips only
+
+MUTANTS = {
+    "scaled_dot_product": [
+        (
+            "scores not divided",
+            [("/ math.sqrt(d_k)", "")],
+            {"says": "Yours are the softmax of Q K^T without dividing the scores"},
+        ),
+        (
+            "scores divided by d_k",
+            [("/ math.sqrt(d_k)", "/ d_k")],
+            {"says": "Yours are the softmax of Q K^T dividing them by d_k"},
+        ),
+    ],
+    "multihead_attention": [
+        (
+            "keys projected with proj_q",
+            [("split_heads(self.proj_k(k))", "split_heads(self.proj_q(k))")],
+            {"says": "Your keys are projected with proj_q", "not": _MASK_HINT},
+        ),
+        (
+            "keys projected with proj_v",
+            [("split_heads(self.proj_k(k))", "split_heads(self.proj_v(k))")],
+            {"says": "Your keys are projected with proj_v", "not": _MASK_HINT},
+        ),
+        (
+            "values projected with proj_q",
+            [("split_heads(self.proj_v(v))", "split_heads(self.proj_q(v))")],
+            {"says": "Your values are projected with proj_q", "not": _MASK_HINT},
+        ),
+        (
+            "values projected with proj_k",
+            [("split_heads(self.proj_v(v))", "split_heads(self.proj_k(v))")],
+            {"says": "Your values are projected with proj_k", "not": _MASK_HINT},
+        ),
+        (
+            "keys and values swap projections",
+            [
+                ("split_heads(self.proj_k(k))", "split_heads(self.proj_v(k))"),
+                ("split_heads(self.proj_v(v))", "split_heads(self.proj_k(v))"),
+            ],
+            {"says": "Your keys and values swap their projections", "not": _MASK_HINT},
+        ),
+        (
+            "queries projected with proj_k",
+            [("split_heads(self.proj_q(q))", "split_heads(self.proj_k(q))")],
+            {"says": "Your queries are projected with proj_k", "not": _MASK_HINT},
+        ),
+        (
+            "output projection left out",
+            [("return self.proj_o(out), weights", "return out, weights")],
+            {"says": "Yours leaves out the output projection", "not": _MASK_HINT},
+        ),
+        (
+            "heads merged without moving h back",
+            [
+                (
+                    "out = jnp.swapaxes(out, -2, -3)\n        out = out.reshape(*out.shape[:-2], "
+                    "self.d_model)",
+                    "out = out.reshape(out.shape[0], -1, self.d_model)",
+                )
+            ],
+            {
+                "says": "Your attention weights match, so look after the attention",
+                "not": _MASK_HINT,
+            },
+        ),
+        (
+            "a (B, 1, S_k) mask handled as (B, S_k)",
+            [("if mask.ndim == 2:", "if mask.ndim >= 2:")],
+            {"says": "a (B, 1, S_k) mask must become (B, 1, 1, S_k)"},
+        ),
+    ],
+}
