@@ -318,3 +318,65 @@ def test_predict_reads_a_long_review_alike_whatever_the_tokenizers_padding(
     assert mask.sum() == config.max_len
     logits = np.asarray(model_lib.classifier(config).predict_fw(params, ids, mask))
     np.testing.assert_allclose(prob, 1 / (1 + np.exp(-logits)), rtol=1e-4, atol=1e-6)
+
+
+SHOWCASE = [
+    "One of the best films I have seen this year.",
+    "A dull, tedious waste of two hours.",
+    "A warm, funny and clever film.",
+    "The plot made no sense and the acting was wooden.",
+]
+
+
+def _showcase_cell() -> str:
+    """The code of practical 2's notebook cell that scores new sentences."""
+    import jupytext
+
+    from m2l_nlp.impl import repo_root
+
+    source = jupytext.read(repo_root() / "solutions" / "practical2_transformers.py")
+    cells = [
+        c.source
+        for c in source.cells
+        if c.metadata.get("active") == "ipynb" and "reviews = [" in c.source
+    ]
+    assert len(cells) == 1, "practical 2's notebook should have one showcase cell"
+    return cells[0]
+
+
+def test_the_notebook_showcase_scores_as_predict_does(tmp_path, tokenizer, capsys):
+    """The notebook's showcase and `m2l-nlp predict` are one path: the same sentences, pair
+    tokens merged as in training, read in training windows. The old cell encoded without
+    the pair tokens and got other numbers (0.65 / 0.88 against 0.17 / 0.05)."""
+    import types
+
+    from m2l_nlp.data import bigrams
+    from m2l_nlp.data.tokenization import batch_encode
+
+    base, table, config, model, params = _bigram_model(tokenizer, seed=2)
+    crop = 8
+    namespace = {
+        "result": types.SimpleNamespace(params=params),
+        "classifier": model,
+        "data": types.SimpleNamespace(tokenizer=tokenizer, bigram_table=table),
+        "config": config,
+        "settings": types.SimpleNamespace(crop_len=crop),
+        "predict_fw": model.predict_fw,  # what the notebook defined before the cell
+        "batch_encode": batch_encode,
+        "jax": jax,
+    }
+    exec(_showcase_cell(), namespace)
+    assert namespace["reviews"] == SHOWCASE
+    printed = capsys.readouterr().out.splitlines()
+    assert [line.split("  ", 1)[1] for line in printed] == SHOWCASE
+
+    meta = {"settings": {"crop_len": crop}}
+    path = ck.save_checkpoint(tmp_path / "ckpt", params, config, tokenizer, meta, table)
+    expected = ck.predict(SHOWCASE, path)
+    shown = np.asarray(namespace["probabilities"], np.float64).reshape(-1)
+    np.testing.assert_allclose(shown, expected, rtol=1e-5, atol=1e-6)
+    # the pairs matter here, so a cell that skips them would fail the line above
+    ids, mask = batch_encode(tokenizer, SHOWCASE, seq_len=config.max_len)
+    assert (bigrams.merge_bigram_tokens(ids, mask, table, base) != ids).any()
+    plain = ck.review_probabilities(SHOWCASE, params, model, tokenizer, max_len=config.max_len)
+    assert not np.allclose(plain, expected, rtol=1e-3, atol=1e-4)

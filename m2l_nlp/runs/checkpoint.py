@@ -280,6 +280,53 @@ def _first_words(tokenizer: Any, text: str, max_len: int) -> str:
     return text
 
 
+def encode_reviews(
+    texts: list[str], tokenizer: Any, max_len: int, bigram_table: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """``(ids, mask)`` of ``texts`` as the model was trained to read them: the first
+    ``max_len`` tokens, and with ``bigram_table`` its pair tokens merged in (a model trained
+    on pair tokens reads unmerged ids as text it rarely saw, and answers near chance)."""
+    from m2l_nlp.data.tokenization import batch_encode
+
+    texts = [_first_words(tokenizer, t, max_len) for t in texts]
+    ids, mask = batch_encode(tokenizer, texts, seq_len=max_len)
+    if bigram_table is not None:
+        ids = bigrams.merge_bigram_tokens(ids, mask, bigram_table, tokenizer.get_vocab_size())
+    return ids, mask
+
+
+def review_probabilities(
+    texts: str | list[str],
+    params: Any,
+    model: Any,
+    tokenizer: Any,
+    *,
+    max_len: int,
+    bigram_table: np.ndarray | None = None,
+    window: int | None = None,
+    batch_size: int = 64,
+) -> np.ndarray:
+    """Probability that each review is positive, float ``(N,)`` (a ``str`` gives ``(1,)``):
+    THE path from text to probability, shared by ``m2l-nlp predict`` (through
+    :func:`predict`) and practical 2's notebook. ``model`` is the classifier's
+    ``funcs_from_stateful`` functions, ``params`` its trained parameters, and ``tokenizer``,
+    ``bigram_table`` and ``window`` (the training crop length) those it was trained with:
+    the texts are encoded by :func:`encode_reviews` and a review longer than ``window`` is
+    read in windows of that many tokens, as in training and evaluation."""
+    from m2l_nlp.data import batching
+    from m2l_nlp.train import evaluation
+
+    texts = [texts] if isinstance(texts, str) else list(texts)
+    if not all(isinstance(t, str) for t in texts):
+        raise TypeError("texts must be a string or a list of strings")
+    if not texts:
+        return np.zeros((0,), np.float32)
+    ids, mask = encode_reviews(texts, tokenizer, max_len, bigram_table)
+    data = batching.put_data(ids, mask, np.zeros(len(texts), np.int32))
+    logits = evaluation.predict_logits(params, model, data, window=window, batch_size=batch_size)
+    return 1.0 / (1.0 + np.exp(-logits))
+
+
 def predict(
     texts: str | list[str],
     checkpoint: Checkpoint | str | os.PathLike,
@@ -287,16 +334,14 @@ def predict(
     impl: str = "solutions",
     batch_size: int = 64,
 ) -> np.ndarray:
-    """Probability that each review is positive, float ``(N,)`` (a ``str`` gives ``(1,)``).
+    """Probability that each review is positive, float ``(N,)`` (a ``str`` gives ``(1,)``),
+    by the model of a checkpoint (:func:`review_probabilities` with what it was trained with).
 
     Any text works: empty (the model sees no token and answers from its bias), longer than
     the model's ``max_len`` (the first ``max_len`` tokens are read, in windows of the
     training crop length as during training), or non-ASCII.
     """
-    from m2l_nlp.data import batching
-    from m2l_nlp.data.tokenization import batch_encode
     from m2l_nlp.model import classifiers as model
-    from m2l_nlp.train import evaluation
 
     if not isinstance(checkpoint, Checkpoint):
         checkpoint = load_checkpoint(checkpoint)
@@ -306,20 +351,18 @@ def predict(
     if not texts:
         return np.zeros((0,), np.float32)
     config = checkpoint.config
-    table = checkpoint.bigram_table
-    texts = [_first_words(checkpoint.tokenizer, t, config.max_len) for t in texts]
-    ids, mask = batch_encode(checkpoint.tokenizer, texts, seq_len=config.max_len)
-    if table is not None:
-        base = checkpoint.tokenizer.get_vocab_size()
-        ids = bigrams.merge_bigram_tokens(ids, mask, table, base)
     funcs = model.classifier(config, impl)
     check_params_fit(checkpoint.params, funcs, config, impl)
-    data = batching.put_data(ids, mask, np.zeros(len(texts), np.int32))
-    window = checkpoint.meta.get("settings", {}).get("crop_len")  # as in training
-    logits = evaluation.predict_logits(
-        checkpoint.params, funcs, data, window=window, batch_size=batch_size
+    return review_probabilities(
+        texts,
+        checkpoint.params,
+        funcs,
+        checkpoint.tokenizer,
+        max_len=config.max_len,
+        bigram_table=checkpoint.bigram_table,
+        window=checkpoint.meta.get("settings", {}).get("crop_len"),  # as in training
+        batch_size=batch_size,
     )
-    return 1.0 / (1.0 + np.exp(-logits))
 
 
 def save_run(out: str | os.PathLike, run: Any, preset: Any, settings: Any, data: Any) -> None:
