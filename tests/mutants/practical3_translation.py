@@ -1,12 +1,77 @@
-"""Mutants of practical 3's reference: each must fail its exercise's checks."""
+"""Mutants of practical 3's reference: each must fail its exercise's checks (and, where a
+third item says so, with a message that names the slip: see tests/test_mutants.py)."""
+
+_TRIL = "return jnp.tril(jnp.ones((seq_len, seq_len), jnp.int32))"
+_BLOCK = (
+    "attended, weights = self.attention(x, x, x, visible)\n"
+    "        x = self.norm_1(x + dropout(attended))\n"
+    "        x = self.norm_2(x + dropout(self.feed_forward(x, is_train)))"
+)
 
 MUTANTS = {
     "causal_mask": [
         ("upper triangle", [("jnp.tril(jnp.ones((seq_len", "jnp.triu(jnp.ones((seq_len")]),
         ("diagonal hidden", [("jnp.int32))\n    # END", "jnp.int32), -1)\n    # END")]),
         ("off by one", [("jnp.int32))\n    # END", "jnp.int32), 1)\n    # END")]),
+        (
+            "additive, -inf",
+            [
+                (
+                    _TRIL,
+                    "return jnp.where(jnp.tril(jnp.ones((seq_len, seq_len))) == 1, 0.0, -jnp.inf)",
+                )
+            ],
+            {"says": "yours is an additive mask (0 where a key is visible, -inf for the future)"},
+        ),
+        (
+            "additive, -1e9",
+            [(_TRIL, "return jnp.where(jnp.tril(jnp.ones((seq_len, seq_len))) == 1, 0.0, -1e9)")],
+            {"says": "an additive mask (0 where a key is visible, a very negative number for"},
+        ),
+        (
+            "the future marked, as PyTorch's boolean mask",
+            [(_TRIL, "return jnp.triu(jnp.ones((seq_len, seq_len), jnp.int32), 1)")],
+            {"says": "yours marks the future with 1, as PyTorch's boolean attn_mask does"},
+        ),
     ],
     "decoder_block": [
+        (
+            "LayerNorm before the sub-layers",
+            [
+                (
+                    _BLOCK,
+                    "y = self.norm_1(x)\n"
+                    "        attended, weights = self.attention(y, y, y, visible)\n"
+                    "        x = x + dropout(attended)\n"
+                    "        x = x + dropout(self.feed_forward(self.norm_2(x), is_train))",
+                )
+            ],
+            {"says": "yours normalises before each sub-layer (pre-LayerNorm)"},
+        ),
+        (
+            "norm_1 and norm_2 swapped",
+            [
+                (
+                    _BLOCK,
+                    "attended, weights = self.attention(x, x, x, visible)\n"
+                    "        x = self.norm_2(x + dropout(attended))\n"
+                    "        x = self.norm_1(x + dropout(self.feed_forward(x, is_train)))",
+                )
+            ],
+            {"says": "Yours swaps norm_1 and norm_2"},
+        ),
+        (
+            "LayerNorm inside the residual",
+            [
+                (
+                    _BLOCK,
+                    "attended, weights = self.attention(x, x, x, visible)\n"
+                    "        x = x + self.norm_1(dropout(attended))\n"
+                    "        x = x + self.norm_2(dropout(self.feed_forward(x, is_train)))",
+                )
+            ],
+            {"says": "This block normalises after each residual (post-LayerNorm)"},
+        ),
         (
             "no causal mask",
             [("causal_mask(x.shape[-2])[None, :, :] * jnp.asarray(mask)", "jnp.asarray(mask)")],

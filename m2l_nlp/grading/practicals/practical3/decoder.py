@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from m2l_nlp.grading.checks.registry import exercise
+from m2l_nlp.grading.checks.registry import CheckFailure, exercise
 from m2l_nlp.grading.checks.tools import (
     builder,
     compare_module,
@@ -41,9 +41,51 @@ causal = exercise(
 )
 
 
+def _additive(mask: np.ndarray) -> str:
+    """What hides the future in an additive mask (0 where a key is visible, -inf or a very
+    negative number where hidden, the kind PyTorch adds to the scores); '' if it is not one."""
+    if mask.ndim != 2 or mask.shape[0] != mask.shape[1] or mask.shape[0] < 2:
+        return ""
+    hidden = mask < -1e3  # -inf, -1e9, finfo.min, ...
+    if not (mask[~hidden] == 0).all() or not np.array_equal(~hidden, np.tril(np.ones_like(hidden))):
+        return ""
+    return "-inf" if np.isinf(mask[hidden]).all() else "a very negative number"
+
+
+def _additive_slip(mask: np.ndarray) -> str:
+    """The message for an additive causal mask ('' if ``mask`` is not one)."""
+    hides = _additive(mask)
+    if not hides:
+        return ""
+    return (
+        f"yours is an additive mask (0 where a key is visible, {hides} for the future), the "
+        "kind that PyTorch adds to the scores. Here a mask says which keys are visible: 1 where "
+        "query i may see key j (j <= i), 0 for the future, as int32; scaled_dot_product turns "
+        "the 0s into very negative scores itself"
+    )
+
+
+def _slip(ctx, got: np.ndarray) -> str:
+    """The slip behind the wrong mask ``got``, judged on causal_mask(S) where that works:
+    causal_mask(1) is [[0]] for several slips, one row too few to tell them apart."""
+    try:
+        full = np.asarray(jitted(ctx.student.causal_mask, 0)(S), np.float64)
+    except Exception:  # noqa: BLE001 - the checks report that error themselves
+        full = None
+    if full is None or full.shape != (S, S):
+        full = np.asarray(got, np.float64)
+    return _additive_slip(full) or _mask_slip((full != 0).astype(np.float64))
+
+
 def _mask_slip(got: np.ndarray) -> str:
     """The typical slip behind a wrong causal mask, in words ('' if none is recognised)."""
     n = got.shape[0]
+    if n > 1 and np.array_equal(got, np.triu(np.ones((n, n)), 1)):
+        return (
+            "yours marks the future with 1, as PyTorch's boolean attn_mask does (True = "
+            "hidden); here 1 means visible: 1 where query i may see key j (j <= i), 0 for "
+            "the future"
+        )
     if np.array_equal(got, np.triu(np.ones((n, n)))):
         return (
             "yours is the upper triangle: every query sees the future and not the past (jnp.tril)"
@@ -66,10 +108,14 @@ def check_causal_mask_matches_reference(ctx):
     for n in (1, S):
         want = np.asarray(ctx.ref.causal_mask(n))
         got = expect_array(
-            jitted(ctx.student.causal_mask, 0)(n), f"causal_mask({n})", shape=(n, n), axes="(S, S)"
+            jitted(ctx.student.causal_mask, 0)(n),
+            f"causal_mask({n})",
+            shape=(n, n),
+            axes="(S, S)",
+            finite=False,
         )
         if not np.array_equal(got != 0, want != 0):
-            slip = _mask_slip((got != 0).astype(np.float64))
+            slip = _slip(ctx, got)
             i, j = (int(a[0]) for a in np.nonzero((got != 0) != (want != 0)))
             fail(
                 f"causal_mask({n})[{i}, {j}] is {got[i, j]}, should be {want[i, j]} (query {i} "
@@ -80,7 +126,13 @@ def check_causal_mask_matches_reference(ctx):
 @causal.check
 def check_causal_mask_values(ctx):
     """The mask holds 0 and 1 only, and its first row lets the first position see itself."""
-    got = expect_array(jitted(ctx.student.causal_mask, 0)(S), "causal_mask(S)", shape=(S, S))
+    got = expect_array(
+        jitted(ctx.student.causal_mask, 0)(S), "causal_mask(S)", shape=(S, S), finite=False
+    )
+    additive = _additive_slip(np.asarray(got, np.float64))
+    if additive:
+        fail(f"causal_mask(S) holds {sorted(set(got.ravel().tolist()))}: {additive}")
+    expect_array(got, "causal_mask(S)")
     if not np.isin(got, (0, 1)).all():
         fail(f"causal_mask should hold 0 and 1 only; yours holds {sorted(set(got.ravel()))[:5]}")
     if got[0, 0] == 0:
@@ -127,6 +179,54 @@ def _weights_slip(weights: np.ndarray, mask: np.ndarray) -> str:
     return ""
 
 
+_POST_NORM = (
+    "This block normalises after each residual (post-LayerNorm): "
+    "x = norm_1(x + dropout(attention(x))), then x = norm_2(x + dropout(feed_forward(x)))."
+)
+
+
+def _layer_norm(x: np.ndarray, norm: dict) -> np.ndarray:
+    """hk.LayerNorm over the last axis (its epsilon, 1e-5) with the parameters ``norm``."""
+    x = np.asarray(x, np.float64)
+    centred = x - x.mean(-1, keepdims=True)
+    scaled = centred / np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-5)
+    return (scaled * norm["scale"] + norm["offset"]).astype(np.float32)
+
+
+def _norm_slip(ctx, build, params, x, mask, got) -> str:
+    """Name a LayerNorm in the wrong place: the reference's weights for norm_1(x) (the norm
+    before the sub-layers), or its output with norm_1 and norm_2 swapped; '' if neither."""
+    name = {key.rsplit("/", 1)[-1]: key for key in params}
+    if "norm_1" not in name or "norm_2" not in name:
+        return ""
+    swapped = {
+        **params,
+        name["norm_1"]: params[name["norm_2"]],
+        name["norm_2"]: params[name["norm_1"]],
+    }
+    try:
+        pre = run_haiku(build, ctx.ref, params, _layer_norm(x, params[name["norm_1"]]), mask)
+        swap = run_haiku(build, ctx.ref, swapped, x, mask)
+    except Exception:  # noqa: BLE001 - answers recorded before these questions were asked
+        return ""
+    if _same(got[1], pre[1]):
+        return (
+            "Your attention weights are the reference's for norm_1(x): yours normalises before "
+            f"each sub-layer (pre-LayerNorm). {_POST_NORM}"
+        )
+    if _same(got[0], swap[0]):
+        return f"Yours swaps norm_1 and norm_2: norm_1 follows the attention. {_POST_NORM}"
+    return ""
+
+
+def _same(got, want) -> bool:
+    try:
+        got = np.asarray(got, np.float64)
+    except (TypeError, ValueError):
+        return False
+    return got.shape == np.shape(want) and np.allclose(got, want, atol=1e-4, rtol=1e-4)
+
+
 @block.check(gate=True)
 def check_block_matches_reference(ctx):
     """Evaluation output and weights match the reference, with padding (under jax.jit)."""
@@ -139,15 +239,16 @@ def check_block_matches_reference(ctx):
     if not isinstance(got, tuple) or len(got) != 2:
         fail("DecoderBlock should return a tuple (output, attention weights)")
     weights = expect_array(got[1], "the attention weights", shape=(B, H, S, S), axes="(B, h, S, S)")
-    hint = _weights_slip(weights, mask)
-    expect_close(weights, want[1], "the attention weights", hint=hint)
-    expect_close(
-        got[0],
-        want[0],
-        "the output of DecoderBlock",
-        hint="Residual around each sub-layer, then LayerNorm: norm_1 after attention, norm_2 "
-        "after the feed-forward.",
-    )
+    if ctx.recording:  # the hint's questions, recorded for a handout
+        _norm_slip(ctx, build, params, x, mask, want)
+    try:
+        expect_close(weights, want[1], "the attention weights", hint=_weights_slip(weights, mask))
+        expect_close(got[0], want[0], "the output of DecoderBlock")
+    except CheckFailure as failure:  # the hint costs two runs of the reference: only now
+        hint = _norm_slip(ctx, build, params, x, mask, got) or (
+            "" if str(failure).startswith("the attention weights") else _POST_NORM
+        )
+        raise CheckFailure(f"{failure} {hint}".rstrip()) from None
 
 
 @block.check
