@@ -22,6 +22,8 @@ from m2l_nlp.impl import IMPLS, default_impl
 from m2l_nlp.overrides import override
 from m2l_nlp.runs.predict_input import MAX_MB
 
+DEFAULT_PROMPT = "The film"  # what `generate` continues when given no prompt
+
 DEFAULT_PRESET = "default"
 DEFAULT_CHECKPOINT = Path("runs") / DEFAULT_PRESET / "checkpoint"
 DEFAULT_LM_CHECKPOINT = Path("runs") / "char-lm" / "checkpoint"
@@ -178,7 +180,12 @@ def _parser() -> argparse.ArgumentParser:
         help="continue a text with a trained character language model (practical 3)",
         description="Print a continuation of PROMPT, one character at a time (key/value cache).",
     )
-    generate.add_argument("prompt", nargs="?", default="The film", help="the text to continue")
+    generate.add_argument(
+        "prompt",
+        nargs="?",
+        default=DEFAULT_PROMPT,
+        help=f"the text to continue (default: {DEFAULT_PROMPT!r})",
+    )
     generate.add_argument(
         "--checkpoint",
         default=None,
@@ -216,7 +223,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     translate.add_argument("sentences", nargs="*", help="English sentences to translate")
     translate.add_argument(
-        "--file", action="append", default=[], help="also translate each line of this file"
+        "--file",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="translate each line of this UTF-8 file too, blank lines aside ('-' reads "
+        "standard input; repeatable; default: none)",
     )
     translate.add_argument(
         "--checkpoint",
@@ -228,10 +240,15 @@ def _parser() -> argparse.ArgumentParser:
         "--beam",
         type=_whole_number(1),
         default=None,
-        help="beam search with N beams (default: greedy decoding)",
+        metavar="N",
+        help="beam search with N beams, as many as memory holds (default: greedy decoding)",
     )
     translate.add_argument(
-        "--max-mb", type=_whole_number(1), default=MAX_MB, help="the limit of one input, in MB"
+        "--max-mb",
+        type=_whole_number(1),
+        default=MAX_MB,
+        help=f"the largest input to read, in MB (default: {MAX_MB}; the model reads only the "
+        "first tokens of a sentence)",
     )
     translate.add_argument(
         "--impl",
@@ -393,6 +410,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    from m2l_nlp.data.characters import UNKNOWN
     from m2l_nlp.model.generation import WindowError
     from m2l_nlp.model.language_models import language_model
     from m2l_nlp.runs.language_model import Writer, load_checkpoint
@@ -406,6 +424,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
             f"error: --top-k is at most {checkpoint.vocab.size} (the characters)", file=sys.stderr
         )
         return 2
+    unseen = _unseen(args.prompt, checkpoint.vocab.encode(args.prompt) == UNKNOWN)
+    if unseen:
+        print(
+            f"note: the model never saw {unseen} in training: it reads each as one unknown "
+            "character",
+            file=sys.stderr,
+        )
     room = checkpoint.config.max_len - len(args.prompt)
     try:
         text = writer.write(
@@ -427,19 +452,30 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
-    from m2l_nlp.model.translators import translator
+    from m2l_nlp.model.translators import BeamTooWide, translator
     from m2l_nlp.runs.predict_input import read_reviews
-    from m2l_nlp.runs.translation import Translator, load_checkpoint
+    from m2l_nlp.runs.translation import Translator, load_checkpoint, reading_notes
 
-    texts = read_reviews(args.sentences, [], args.max_mb, what="sentence")  # InputError
-    for path in args.file:
-        lines = read_reviews([], [path], args.max_mb, what="sentence")[0].splitlines()
-        texts += [line for line in lines if line.strip()]
+    # one reading of arguments and files together: a file alone is enough, and its own
+    # errors (missing, empty, not UTF-8) are the ones reported
+    read = read_reviews(args.sentences, args.file, args.max_mb, what="sentence")  # InputError
+    texts = read[: len(args.sentences)]
+    names = [f"sentence {number}" for number in range(1, len(texts) + 1)]
+    for file, whole in zip(args.file, read[len(texts) :], strict=True):
+        lines = [(n, line) for n, line in enumerate(whole.splitlines(), 1) if line.strip()]
+        texts += [line for _, line in lines]
+        names += [f"{'standard input' if file == '-' else file}, line {n}" for n, _ in lines]
     path = Path(args.checkpoint) if args.checkpoint else DEFAULT_TRANSLATOR
     checkpoint = load_checkpoint(path)  # CheckpointError: reported by main
     funcs, practical = translator(checkpoint.config, args.impl)
     model = Translator(funcs, practical, checkpoint.config, checkpoint.tokenizer)
-    greek = model.translate(checkpoint.params, texts, beam=args.beam or 0)
+    for note in reading_notes(checkpoint.tokenizer, texts, checkpoint.config.max_len, names):
+        print(f"note: {note}", file=sys.stderr)
+    try:
+        greek = model.translate(checkpoint.params, texts, beam=args.beam or 0)
+    except BeamTooWide as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     scores = checkpoint.meta.get("test_scores", {}).get("greedy")
     trained = f"test BLEU {scores['bleu']:.1f}, chrF {scores['chrf']:.1f}" if scores else "?"
     how = f"beam search, {args.beam} beams" if args.beam else "greedy"
@@ -447,6 +483,14 @@ def cmd_translate(args: argparse.Namespace) -> int:
     for text in greek:
         print(text)
     return 0
+
+
+def _unseen(text: str, unknown: Any, shown: int = 5) -> str:
+    """The distinct characters of ``text`` where ``unknown`` (a mask, one per character) is
+    set, quoted, the first ``shown`` of them; empty if none."""
+    chars = list(dict.fromkeys(c for c, u in zip(text, unknown, strict=True) if u))
+    more = f" and {len(chars) - shown} more" if len(chars) > shown else ""
+    return ", ".join(repr(c) for c in chars[:shown]) + more
 
 
 def _excerpt(text: str, width: int = 60) -> str:

@@ -189,3 +189,118 @@ def test_bucket_widths_are_whole_numbers():
     assert TrainSettings(widths=[16, 32]).widths == (16, 32)
     with pytest.raises(ValueError, match="widths must be whole numbers"):
         TrainSettings(widths=(16, 0))
+
+
+# --- `m2l-nlp translate`: its inputs, its notes and its bound on beams ----------------------
+
+
+@pytest.fixture(scope="module")
+def checkpoint(small, model, tmp_path_factory):
+    """A translator's checkpoint folder (the tiny model above), as a run writes it."""
+    import dataclasses
+
+    from m2l_nlp.fileio import write_json_atomic, write_text_atomic
+    from m2l_nlp.runs.checkpoint import flatten_params
+
+    folder = tmp_path_factory.mktemp("translator")
+    np.savez(folder / "params.npz", **flatten_params(model[2]))
+    write_json_atomic(folder / "translator.json", dataclasses.asdict(CONFIG))
+    write_text_atomic(folder / "tokenizer.json", small[1].to_str())
+    return str(folder)
+
+
+def _translate(capsys, *args: str) -> tuple[int, list[str], str]:
+    code = cli.main(["translate", *args])
+    said = capsys.readouterr()
+    return code, said.out.splitlines(), said.err
+
+
+@pytest.mark.slow
+def test_translate_reads_a_file_alone_and_beside_sentences_and_notes_what_it_cuts(
+    checkpoint, tmp_path, capsys
+):
+    lines = tmp_path / "sentences.txt"
+    lines.write_text("I love you.\n\nWhere is the station?\n", encoding="utf-8")
+    code, alone, err = _translate(capsys, "--checkpoint", checkpoint, "--file", str(lines))
+    assert code == 0 and len(alone) == 2, err  # the blank line is skipped
+    assert "note:" not in err
+    code, given, _ = _translate(
+        capsys, "--checkpoint", checkpoint, "I love you.", "Where is the station?"
+    )
+    assert alone == given
+    long = tmp_path / "long.txt"
+    long.write_text(" ".join(["word"] * 5000), encoding="utf-8")
+    args = ["--checkpoint", checkpoint, "Hi.", "--file", str(lines), "--file", str(long)]
+    code, both, err = _translate(capsys, *args)
+    assert code == 0 and both[1:3] == alone and len(both) == 4
+    (note,) = [line for line in err.splitlines() if line.startswith("note:")]
+    assert note.startswith(f"note: {long}, line 1 ('word word") and "of its 5000 words" in note
+
+
+@pytest.mark.parametrize("with_sentence", [False, True])
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        (None, "cannot read {file} (No such file or directory): check the path"),
+        (b"", "{file} is empty: there is nothing to read"),
+        (b"\n \n", "{file} is empty"),
+        ("café".encode("latin-1"), "{file} is not UTF-8 text"),
+    ],
+)
+def test_a_file_that_cannot_be_read_is_named_in_one_line(
+    tmp_path, capsys, content, said, with_sentence
+):
+    """Before any checkpoint is read (there is none here)."""
+    checkpoint = str(tmp_path / "no-checkpoint")
+    file = tmp_path / "sentences.txt"
+    if content is not None:
+        file.write_bytes(content)
+    sentence = ["Hi."] if with_sentence else []
+    code, out, err = _translate(capsys, "--checkpoint", checkpoint, *sentence, "--file", str(file))
+    assert code == 2 and out == [] and len(err.splitlines()) == 1
+    assert err.startswith(f"error: {said.format(file=file)}")
+
+
+def test_what_the_model_does_not_read_as_given_is_noted(small):
+    from m2l_nlp.runs.translation import reading_notes
+
+    tokenizer = small[1]
+    sentences = ["I love you.", "Σ' αγαπώ.", "Привет!", " ".join(["word"] * 5000)]
+    notes = reading_notes(tokenizer, sentences, CONFIG.max_len)
+    assert len(notes) == 3, notes  # one line each, none for the English sentence
+    assert notes[0].startswith('sentence 2 ("Σ\' αγαπώ.") looks Greek, but this model')
+    assert notes[1].startswith("sentence 3 ('Привет!') has characters the model never saw")
+    assert "('П', 'р', 'и', 'в', 'е' and 1 more)" in notes[1]
+    read = tokenizer.encode(" ".join(["word"] * 20), add_special_tokens=False).offsets
+    words = len(" ".join(["word"] * 20)[: read[CONFIG.max_len - 1][1]].split())
+    assert f"only its first {CONFIG.max_len} tokens, {words} of its 5000 words" in notes[2]
+    named = reading_notes(tokenizer, ["Καλημέρα."], CONFIG.max_len, ["a.txt, line 3"])
+    assert named[0].startswith("a.txt, line 3 ('Καλημέρα.') looks Greek")
+
+
+@pytest.mark.slow
+def test_the_beams_are_bounded_by_memory(checkpoint, capsys, monkeypatch):
+    """Beam search plans its memory before it runs: more beams than fit are refused in one
+    line that gives the most that do, and a batch that does not fit is split."""
+    sentences = ["I love you.", "Where is the station?", "Tom is here.", "Hi."]
+    code, wide, _ = _translate(capsys, "--checkpoint", checkpoint, "--beam", "64", *sentences)
+    assert code == 0
+    monkeypatch.setattr(translators, "free_memory", lambda: 5 * 10**6)
+    code, out, err = _translate(capsys, "--checkpoint", checkpoint, "--beam", "100000", "Hi.")
+    assert code == 2 and out == []
+    (line,) = err.splitlines()
+    assert line.startswith("error: --beam 100000 needs about ") and "has 5 MB free" in line
+    most = int(line.split("use --beam ")[1].split()[0])
+    assert 64 < most < 100000
+    # 64 beams fit for one sentence, not for four at once: the same text, in smaller batches
+    code, narrow, _ = _translate(capsys, "--checkpoint", checkpoint, "--beam", "64", *sentences)
+    assert code == 0 and narrow == wide
+
+
+def test_a_batch_is_split_until_its_beams_fit_and_refused_when_one_sentence_does_not():
+    assert translators.fit_beams(need=800, rows=8, beam=4, free=1000, share=1) == 8
+    assert translators.fit_beams(need=800, rows=8, beam=4, free=350, share=1) == 2  # 2**k
+    with pytest.raises(translators.BeamTooWide, match="use --beam 3 or fewer"):
+        translators.fit_beams(need=800, rows=8, beam=4, free=75, share=1)
+    with pytest.raises(translators.BeamTooWide, match=r"translate greedily \(no --beam\)"):
+        translators.fit_beams(need=800, rows=8, beam=4, free=10, share=1)

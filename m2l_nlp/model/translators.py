@@ -16,6 +16,7 @@ The loops over positions are the student's ``greedy_decode`` and the course's
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -79,6 +80,65 @@ def check_builds(preset: Preset, impl: Impl) -> None:
     params = jax.eval_shape(lambda k: funcs.init_params(k, rows, rows, True), jax.random.PRNGKey(0))
     logits = jax.eval_shape(lambda p: funcs.model_fw.apply(p, rows, rows, False), params)
     check_output(logits, 2, 8, 16, impl)
+
+
+class BeamTooWide(ValueError):
+    """More beams than the memory holds for one sentence; the message gives the most that fit."""
+
+
+def free_memory() -> int | None:
+    """Bytes the first device can still allocate: its allocator's limit less what is in use
+    (GPU, TPU), or the host's available memory (CPU); None where neither is known."""
+    stats = jax.local_devices()[0].memory_stats()
+    if stats and "bytes_limit" in stats:
+        return int(stats["bytes_limit"]) - int(stats.get("bytes_in_use", 0))
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):  # not on every system
+        return None
+
+
+def program_bytes(compiled: Any) -> int | None:
+    """The memory a compiled program allocates when it runs (its arguments, outputs and
+    temporaries, as XLA planned them), or None where the backend does not say."""
+    try:
+        plan = compiled.memory_analysis()
+    except (AttributeError, NotImplementedError, jax.errors.JaxRuntimeError):
+        return None
+    if plan is None:
+        return None
+    used = plan.argument_size_in_bytes + plan.output_size_in_bytes + plan.temp_size_in_bytes
+    return int(used - plan.alias_size_in_bytes)
+
+
+def _gb(size: float) -> str:
+    return f"{size / 1e9:.1f} GB" if size >= 1e8 else f"{size / 1e6:.0f} MB"
+
+
+def fit_beams(need: int, rows: int, beam: int, free: int, share: float = 0.9) -> int:
+    """How many sentences a batch of beam search holds in ``share`` of ``free`` bytes, given
+    that ``rows`` sentences of ``beam`` beams each take ``need`` bytes (memory grows with the
+    beams: every beam carries its own cache and logits over the vocabulary). Raises
+    :class:`BeamTooWide` when not even one sentence fits, with the most beams that would."""
+    usable = share * free  # the rest for what the estimate leaves out
+    if need <= usable:
+        return rows
+    per_sentence = need / rows
+    if per_sentence <= usable:
+        return max(1, 1 << (int(usable // per_sentence).bit_length() - 1))  # a power of two
+    widest = int(usable // (per_sentence / beam))
+    fix = f"use --beam {widest} or fewer" if widest >= 1 else "translate greedily (no --beam)"
+    raise BeamTooWide(
+        f"--beam {beam} needs about {_gb(per_sentence)} for one sentence, and this machine "
+        f"has {_gb(free)} free: {fix}"
+    )
 
 
 class Decoder(NamedTuple):

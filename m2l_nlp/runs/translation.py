@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import sys
 import time
 import unicodedata
@@ -29,7 +30,7 @@ from tokenizers import Tokenizer
 from m2l_nlp import devices
 from m2l_nlp.config import Preset, TranslationConfig
 from m2l_nlp.data import tatoeba
-from m2l_nlp.data.tokenization import BOS_ID, EOS_ID, PAD_ID
+from m2l_nlp.data.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_TOKEN
 from m2l_nlp.data.translation import VAL_SCORED, TranslationData, encode_sources, pack
 from m2l_nlp.model import translators
 from m2l_nlp.model.retrieval import RetrievalBaseline
@@ -68,7 +69,7 @@ class Translator:
         self.funcs, self.practical, self.config = funcs, practical, config
         self.tokenizer = tokenizer
         self.decoder: translators.Decoder | None = None  # chosen on first use
-        self._programs: dict[Any, Callable] = {}
+        self._programs: dict[Any, Any] = {}
 
     def _choose(self, params: Any, source: np.ndarray) -> translators.Decoder:
         cached = translators.cached_decoder(self.config, self.practical)
@@ -105,6 +106,35 @@ class Translator:
             self._programs[key] = jax.jit(run)
         return self._programs[key]
 
+    def _fitted(
+        self, params: Any, size: int, beam: int, length_penalty: float
+    ) -> tuple[Callable, int]:
+        """Beam search compiled for batches that fit in memory: ``size`` sentences, fewer
+        if the compiler's plan for them exceeds most of the free memory, and
+        :class:`~m2l_nlp.model.translators.BeamTooWide` if one sentence's beams do not fit
+        (or do not fit the search's 32-bit ranking of beams times tokens)."""
+        key = ("fitted", beam, length_penalty, size)
+        if key not in self._programs:
+            rankable = (2**31 - 1) // self.config.vocab_size
+            probe = min(beam, rankable)  # its plan tells the memory of one beam
+
+            def compiled(rows: int) -> Callable:
+                shape = jax.ShapeDtypeStruct((rows, self.config.max_len), jnp.int32)
+                return self._program(probe, length_penalty).lower(params, shape, shape).compile()
+
+            program = compiled(size)
+            need, free = translators.program_bytes(program), translators.free_memory()
+            rows = size
+            if need is not None and free is not None:  # else nothing to go by: as asked
+                rows = translators.fit_beams(need * beam // probe, size, beam, free)
+            if probe < beam:
+                raise translators.BeamTooWide(
+                    f"--beam {beam} is more than beam search can rank with "
+                    f"{self.config.vocab_size} tokens: use --beam {rankable} or fewer"
+                )
+            self._programs[key] = (program if rows == size else compiled(rows), rows)
+        return self._programs[key]
+
     def translate(
         self,
         params: Any,
@@ -122,6 +152,8 @@ class Translator:
             self.decoder = self._choose(params, source[:4])
         run = self._program(beam, length_penalty)
         size = min(batch, max(8, 1 << (len(texts) - 1).bit_length()))  # few batch shapes
+        if beam:
+            run, size = self._fitted(params, size, beam, length_penalty)
         out = []
         for first in range(0, len(texts), size):  # full batches: one program for all
             rows = slice(first, first + size)
@@ -133,6 +165,60 @@ class Translator:
             )
             out.extend(np.asarray(ids)[: size - pad])
         return [self.tokenizer.decode(_until_end(row)) for row in out]
+
+
+def reading_notes(
+    tokenizer: Tokenizer,
+    sentences: Sequence[str],
+    max_len: int,
+    names: Sequence[str] | None = None,
+) -> list[str]:
+    """One line for each sentence that the model does not read as given: longer than its
+    ``max_len`` tokens (how much of it is read), with characters the tokenizer never saw,
+    or in Greek (the model translates English to Greek). ``names`` says where each sentence
+    came from (default: sentence 1, 2, ...)."""
+    counter = Tokenizer.from_str(tokenizer.to_str())  # a copy whose settings we may change
+    counter.no_padding()
+    counter.no_truncation()
+    unknown = counter.token_to_id(UNK_TOKEN)
+    notes = []
+    names = names or [f"sentence {number}" for number in range(1, len(sentences) + 1)]
+    for name, sentence in zip(names, sentences, strict=True):
+        text = unicodedata.normalize("NFC", sentence)
+        # enough characters for max_len tokens and one more (a token holds one at least):
+        # a 10 MB sentence is not tokenised whole to learn that it is long
+        encoding = counter.encode(text[: 64 * (max_len + 1)], add_special_tokens=False)
+        what = f"{name} ({_excerpt(text)!r})"
+        if len(encoding.ids) > max_len:
+            read = text[: encoding.offsets[max_len - 1][1]]
+            words = sum(1 for _ in re.finditer(r"\S+", text))  # no list of a 10 MB text's words
+            notes.append(
+                f"{what} is longer than the model reads: only its first {max_len} tokens, "
+                f"{len(read.split())} of its {words} words (up to {read[-20:]!r}), are "
+                "translated"
+            )
+        spans = zip(encoding.ids, encoding.offsets, strict=True)
+        # the tokenizer reads a run of such characters as one unknown token: list each
+        unseen = "".join(text[a:b] for i, (a, b) in spans if i == unknown)
+        unseen = "".join(dict.fromkeys(c for c in unseen if not c.isspace()))
+        if unseen:
+            more = f" and {len(unseen) - 5} more" if len(unseen) > 5 else ""
+            shown = ", ".join(repr(c) for c in unseen[:5]) + more
+            notes.append(
+                f"{what} has characters the model never saw in training ({shown}): it reads "
+                "them as unknown"
+            )
+        if tatoeba.is_greek(text):
+            notes.append(
+                f"{what} looks Greek, but this model translates English into Greek: give it English"
+            )
+    return notes
+
+
+def _excerpt(text: str, width: int = 30) -> str:
+    """The start of ``text``, at most ``width`` characters, on one line."""
+    start = " ".join(text[: width + 1].split())
+    return start if len(start) <= width else start[: width - 3] + "..."
 
 
 def _until_end(ids: np.ndarray) -> list[int]:
