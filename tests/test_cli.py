@@ -513,3 +513,57 @@ def test_predict_prints_a_long_review_without_splitting_all_of_it(tmp_path, caps
     assert peak < 4 * size, f"{peak / 1e6:.0f} MB for a {size / 1e6:.0f} MB review"
     shown = "A long review. A long review. A long review. A long revie..."
     assert capsys.readouterr().out.splitlines()[-1] == f"positive  p(positive)=0.900  {shown!r}"
+
+
+@pytest.mark.parametrize("command", ["generate", "translate"])
+def test_practical_3s_help_states_every_default(command, capsys):
+    """Every option and argument of `generate` and `translate` that has a default says it,
+    generate's prompt included."""
+    sub = next(a for a in cli._parser()._actions if a.dest == "command").choices[command]
+    for action in sub._actions:
+        if action.default not in (None, False, [], "==SUPPRESS==") and action.dest != "help":
+            assert "default" in (action.help or ""), action.dest
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    if command == "generate":
+        assert "(default: 'The film')" in " ".join(capsys.readouterr().out.split())
+
+
+@pytest.fixture(scope="module")
+def char_lm(tmp_path_factory):
+    """A tiny character language model's checkpoint, at its initialisation, that has seen
+    only a few characters."""
+    import dataclasses
+
+    import numpy as np
+
+    from m2l_nlp.config import LanguageModelConfig
+    from m2l_nlp.fileio import write_json_atomic
+    from m2l_nlp.model.language_models import init_params, language_model
+    from m2l_nlp.runs.checkpoint import flatten_params
+
+    config = LanguageModelConfig(
+        vocab_size=10, num_layers=1, num_heads=2, d_model=8, d_ff=16, p_dropout=0.0, max_len=24
+    )
+    folder = tmp_path_factory.mktemp("char-lm")
+    params = init_params(language_model(config, "solutions")[0], 0, config.max_len)
+    np.savez(folder / "params.npz", **flatten_params(params))
+    write_json_atomic(folder / "config.json", dataclasses.asdict(config))
+    write_json_atomic(folder / "characters.json", {"chars": " Thefilm"})  # ids 2 to 9
+    return str(folder)
+
+
+@pytest.mark.slow
+def test_generate_notes_characters_the_model_never_saw(char_lm, capsys):
+    assert cli.main(["generate", "--checkpoint", char_lm, "--max-chars", "4"]) == 0
+    said = capsys.readouterr()
+    assert said.out.startswith("The film") and "note:" not in said.err  # the default prompt
+    assert cli.main(["generate", "--checkpoint", char_lm, "The film¡ßx", "--max-chars", "4"]) == 0
+    said = capsys.readouterr()
+    (note,) = [line for line in said.err.splitlines() if line.startswith("note:")]
+    assert note == (
+        "note: the model never saw '¡', 'ß', 'x' in training: it reads each as one unknown "
+        "character"
+    )
+    assert cli.main(["generate", "--checkpoint", char_lm, "x" * 30]) == 2
+    assert "shorten the prompt to at most 23 characters" in capsys.readouterr().err
