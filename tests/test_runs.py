@@ -169,6 +169,31 @@ def test_a_second_run_on_the_same_folder_refuses_at_once(tmp_path):
         pass
 
 
+def test_sigterm_removes_the_lock_as_ctrl_c_does(tmp_path):
+    """`timeout` ends a run with SIGTERM: its lock used to stay for the next run to take
+    over; now the run ends as on Ctrl-C, and removes it."""
+    out = tmp_path / "out"
+    code = (
+        "import sys, time\nfrom m2l_nlp.runs import folders as runs\ntry:\n"
+        "    with runs.open_run(sys.argv[1]):\n        print('held', flush=True)\n"
+        "        time.sleep(60)\nexcept KeyboardInterrupt:\n    print('interrupted')\n"
+    )
+    holder = subprocess.Popen(
+        [sys.executable, "-c", code, str(out)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        assert (tmp_path / ".out.lock").exists()
+        holder.terminate()
+        assert holder.stdout.read().strip() == "interrupted"
+        assert holder.wait(timeout=30) == 0
+    finally:
+        holder.kill()
+        holder.wait()
+    assert not (tmp_path / ".out.lock").exists()
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # and ours was never touched
+
+
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc")
 def test_a_folder_where_no_lock_can_be_made_is_not_called_busy():
     # /proc takes no new files, not even from root (os.access would say root may write)

@@ -3,7 +3,8 @@
 ``m2l-nlp train --out DIR`` works beside ``DIR``, in hidden siblings of its own:
 
 - ``.DIR.lock``: held for the whole run, so a second run on ``DIR`` refuses at once, and
-  removed with the run's end (a killed run's is taken over by the next);
+  removed with the run's end, Ctrl-C and SIGTERM included (a run killed outright leaves
+  its lock, which the next one takes over);
 - ``.DIR.partial/``: the last completed epoch (training state, history), written atomically
   after every epoch, read by ``--resume``, removed once the run is complete;
 - ``.DIR.new-<id>/``: the finished run (checkpoint, ``metrics.json``, plots, and last of all
@@ -38,6 +39,7 @@ import shutil
 import signal
 import stat
 import sys
+import threading
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -428,10 +430,33 @@ def open_run(
     folder.refuse_foreign()  # before the lock file is made beside it
     folder.refuse_strangers()
     folder.out.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(folder.lock, out):
+    with _terminate_as_interrupt(), _locked(folder.lock, out):
         folder.repair()
         folder.check(overwrite, resume)
         yield folder
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``timeout``, ``kill``, a batch scheduler) taken as Ctrl-C while a run holds
+    its folder: the same clean-up runs (the lock removed, the last epoch kept), where it
+    would otherwise end the process on the spot. A handler someone else set is kept."""
+    if threading.current_thread() is not threading.main_thread():  # signals go to main
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    if previous is not signal.SIG_DFL:
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 @contextlib.contextmanager
