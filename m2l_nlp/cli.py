@@ -402,11 +402,38 @@ def cmd_predict(args: argparse.Namespace) -> int:
     if "test_accuracy" in meta:
         trained += f", test accuracy {meta['test_accuracy']:.4f}"
     print(f"checkpoint: {path} ({trained})")
+    for note in _cut_notes(texts, checkpoint):
+        print(f"note: {note}", file=sys.stderr)
     probs = predict(texts, checkpoint, impl=args.impl)
     for text, p in zip(texts, probs, strict=True):
         label = "positive" if p >= 0.5 else "negative"
         print(f"{label:8s}  p(positive)={p:.3f}  {_excerpt(text)!r}")
     return 0
+
+
+def _cut_notes(texts: Sequence[str], checkpoint: Any) -> list[str]:
+    """A line for each review longer than the classifier reads (its ``max_len`` tokens),
+    saying how much of it is scored."""
+    from tokenizers import Tokenizer
+
+    from m2l_nlp.runs.checkpoint import _first_words  # the cut that predict makes first
+
+    max_len, notes = checkpoint.config.max_len, []
+    counter = Tokenizer.from_str(checkpoint.tokenizer.to_str())  # a copy that counts all
+    counter.no_padding()
+    counter.no_truncation()
+    for number, text in enumerate(texts, 1):
+        start = _first_words(checkpoint.tokenizer, text, max_len)  # a huge text: its start
+        offsets = counter.encode(start).offsets
+        if len(offsets) > max_len:
+            read = start[: offsets[max_len - 1][1]]
+            words = sum(1 for _ in re.finditer(r"\S+", text))  # no list of a 10 MB text's words
+            notes.append(
+                f"review {number} ({_excerpt(text, 30)!r}) is longer than the model reads: only "
+                f"its first {max_len} tokens, {len(read.split())} of its {words} words, are "
+                "scored"
+            )
+    return notes
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

@@ -134,7 +134,9 @@ def test_train_then_predict_on_the_small_dataset(tmp_path, capsys, monkeypatch):
     review.write_text("A long review.\n" * 5000, encoding="utf-8")  # beyond the argument limit
     command = ["predict", "I loved it", "--file", str(review), "--checkpoint"]
     assert cli.main([*command, str(out / "checkpoint")]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
+    said = capsys.readouterr()
+    assert "note: review 2 ('A long review." in said.err and "review 1" not in said.err
+    lines = said.out.strip().splitlines()
     assert lines[0].startswith(f"checkpoint: {out / 'checkpoint'} (preset demo, impl solutions")
     assert len(lines) == 3 and all("p(positive)=" in line for line in lines[1:])
 
@@ -498,6 +500,7 @@ def test_predict_prints_a_long_review_without_splitting_all_of_it(tmp_path, caps
 
     monkeypatch.setattr(checkpoint, "load_checkpoint", lambda path: SimpleNamespace(meta={}))
     monkeypatch.setattr(checkpoint, "predict", lambda texts, *a, **k: np.full(len(texts), 0.9))
+    monkeypatch.setattr(cli, "_cut_notes", lambda texts, checkpoint: [])  # tested on its own
     command = ["predict", "--checkpoint", str(tmp_path), "--file"]
     review = tmp_path / "review.txt"
     review.write_text("A short one.", encoding="utf-8")
@@ -567,3 +570,25 @@ def test_generate_notes_characters_the_model_never_saw(char_lm, capsys):
     )
     assert cli.main(["generate", "--checkpoint", char_lm, "x" * 30]) == 2
     assert "shorten the prompt to at most 23 characters" in capsys.readouterr().err
+
+
+def test_predict_notes_a_review_longer_than_the_model_reads():
+    """The classifier reads its first max_len tokens: a longer review is scored on them
+    alone, which predict now says, with how many words that is."""
+    from types import SimpleNamespace
+
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tokenizer = Tokenizer(models.WordLevel({"[UNK]": 0, "good": 1, "film": 2}, "[UNK]"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.enable_truncation(4)  # as a checkpoint's may be: the count must not stop there
+    checkpoint = SimpleNamespace(config=SimpleNamespace(max_len=8), tokenizer=tokenizer)
+    long = " ".join(["good film."] * 1000)  # 3 tokens a time
+    huge = "good " * 10**6  # beyond what is tokenised to count
+    notes = cli._cut_notes(["good film", "a " * 8, long, huge], checkpoint)
+    assert notes == [
+        "review 3 ('good film. good film. good ...') is longer than the model reads: only its "
+        "first 8 tokens, 6 of its 2000 words, are scored",
+        "review 4 ('good good good good good go...') is longer than the model reads: only its "
+        "first 8 tokens, 8 of its 1000000 words, are scored",
+    ]
