@@ -153,14 +153,20 @@ This practical builds on your {names}. In Colab, upload your notebook of it (as 
 Download > Download .ipynb* saves it, under its own name) to the files pane on the left, or
 mount Drive where Colab keeps it; on your own machine your `exercises/` file is used. The
 next cell says which one it found."""
+EARLIER_SOLVED_MARKDOWN = """\
+This practical builds on {names}. A solved notebook uses the reference solution of it, from
+`solutions/`, wherever the notebook is opened. The next cell says which file it found."""
 
 
-def _earlier_cells(names: list[str]) -> list[nbformat.NotebookNode]:
-    """The cells that make the earlier practicals ``names`` importable in a notebook."""
-    calls = "\n".join(f'use_practical("{name}")' for name in names)
+def _earlier_cells(names: list[str], solved: bool = False) -> list[nbformat.NotebookNode]:
+    """The cells that make the earlier practicals ``names`` importable in a notebook: the
+    reference solutions in a ``solved`` notebook, the student's work in the other."""
+    flag = ", solved=True" if solved else ""
+    calls = "\n".join(f'use_practical("{name}"{flag})' for name in names)
     shown = ", ".join(f"`{name}`" for name in names)
+    markdown = EARLIER_SOLVED_MARKDOWN if solved else EARLIER_MARKDOWN
     return [
-        nbformat.v4.new_markdown_cell(EARLIER_MARKDOWN.format(names=shown)),
+        nbformat.v4.new_markdown_cell(markdown.format(names=shown)),
         nbformat.v4.new_code_cell(
             f"from m2l_nlp.grading import use_practical\n\n{calls}", metadata={"active": "ipynb"}
         ),
@@ -190,7 +196,7 @@ def build_notebook(
     for cell in text.cells:
         earlier = EARLIER_IMPORT.findall(cell.source) if cell.cell_type == "code" else []
         if earlier:  # a notebook is no package: the earlier practical comes by name
-            cells += _earlier_cells(earlier)
+            cells += _earlier_cells(earlier, solved=source.parent.name == "solutions")
             cell.source = EARLIER_IMPORT.sub(r"from \1 import", cell.source)
         if cell.cell_type == "code":
             new = nbformat.v4.new_code_cell(cell.source, metadata=_cell_metadata(cell))
