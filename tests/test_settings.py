@@ -48,6 +48,16 @@ def test_no_file_means_the_defaults(tmp_path):
         ("[hidden]\nvisibility = 'later'", "visibility must be one of visible, hidden"),
         ("[hidden]\ncount = true", "[hidden]: unknown key count"),
         ("partial_credit = ", "is not valid TOML"),
+        (
+            "partial_credit = True",
+            "TOML writes true and false in lower case; line 1 should read `partial_credit = true`",
+        ),
+        (
+            "[hidden]\nin_total = False  # the hidden points apart",
+            "line 2 should read `in_total = false  # the hidden points apart`",
+        ),
+        ("[weights]\nsdp = { shapes = None }", "TOML has no None; leave that key out (line 2)"),
+        ("partial_credit = yes", "TOML's booleans are true and false; write true for yes (line 1)"),
     ],
 )
 def test_a_mistake_in_the_settings_is_said_in_words(text, words):

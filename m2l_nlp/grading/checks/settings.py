@@ -98,6 +98,33 @@ def _key(key: str) -> str:
     return key if re.fullmatch(r"[A-Za-z0-9_-]+", key) else _toml(key)
 
 
+def _advice(text: str, err: Exception) -> str:
+    """What to write instead, where a TOML error is a Python (or YAML) spelling of a value:
+    ``True``/``False``/``None``, ``yes``/``no``/``on``/``off``; '' for any other error."""
+    at = re.search(r"at line (\d+), column (\d+)", str(err))
+    lines = text.splitlines()
+    if not at or not 0 < int(at[1]) <= len(lines):
+        return ""
+    number, line = int(at[1]), lines[int(at[1]) - 1]
+    start = int(at[2]) - 1
+    word = re.match(r"[A-Za-z]+", line[start:])
+    if word is None:
+        return ""
+    word = word[0]
+    if word in ("True", "False"):
+        fixed = line[:start] + word.lower() + line[start + len(word) :]
+        return (
+            f": TOML writes true and false in lower case; line {number} should read "
+            f"`{fixed.strip()}`"
+        )
+    if word == "None":
+        return f": TOML has no None; leave that key out (line {number}) to get its default"
+    if word.lower() in ("yes", "no", "on", "off"):
+        value = "true" if word.lower() in ("yes", "on") else "false"
+        return f": TOML's booleans are true and false; write {value} for {word} (line {number})"
+    return ""
+
+
 def _number(value: Any, where: str, low: float, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise SettingsError(f"{where} must be a number, not {_toml(value)}")
@@ -128,7 +155,7 @@ def parse(text: str, checks: dict[str, list[str]], name: str = SETTINGS_FILE) ->
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as err:
-        raise SettingsError(f"{name} is not valid TOML ({err})") from None
+        raise SettingsError(f"{name} is not valid TOML ({err}){_advice(text, err)}") from None
     _unknown(data, _TOP, name)
     partial = data.get("partial_credit", False)
     if not isinstance(partial, bool):
