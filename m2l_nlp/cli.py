@@ -18,7 +18,7 @@ from typing import Any
 
 from m2l_nlp import devices
 from m2l_nlp.config import BASELINES, PRESETS, SMALL_DATA_PRESET, TRANSFORMER
-from m2l_nlp.impl import IMPLS, default_impl
+from m2l_nlp.impl import available_impls, default_impl, impl_help
 from m2l_nlp.overrides import override
 from m2l_nlp.runs.predict_input import MAX_MB
 
@@ -86,10 +86,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     train.add_argument(
         "--impl",
-        choices=IMPLS,
+        choices=available_impls(),
         default=default_impl(),
-        help="whose model code to train: solutions (the reference; the default where there "
-        "is a solutions/ folder) or exercises (your own modules; the default in a handout)",
+        help=impl_help("whose model code to train"),
     )
     train.add_argument(
         "--val-size",
@@ -169,10 +168,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     predict.add_argument(
         "--impl",
-        choices=IMPLS,
+        choices=available_impls(),
         default=default_impl(),
-        help="whose model code reads the checkpoint (default: solutions, or exercises in a "
-        "handout)",
+        help=impl_help("whose model code reads the checkpoint"),
     )
 
     generate = sub.add_parser(
@@ -210,10 +208,9 @@ def _parser() -> argparse.ArgumentParser:
     generate.add_argument("--seed", type=_whole_number(0), default=0, help="the random draws")
     generate.add_argument(
         "--impl",
-        choices=IMPLS,
+        choices=available_impls(),
         default=default_impl(),
-        help="whose model code reads the checkpoint (default: solutions, or exercises in a "
-        "handout)",
+        help=impl_help("whose model code reads the checkpoint"),
     )
 
     translate = sub.add_parser(
@@ -252,10 +249,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     translate.add_argument(
         "--impl",
-        choices=IMPLS,
+        choices=available_impls(),
         default=default_impl(),
-        help="whose model code reads the checkpoint (default: solutions, or exercises in a "
-        "handout)",
+        help=impl_help("whose model code reads the checkpoint"),
     )
 
     sub.add_parser(
@@ -520,6 +516,12 @@ def _unseen(text: str, unknown: Any, shown: int = 5) -> str:
     return ", ".join(repr(c) for c in chars[:shown]) + more
 
 
+def _or_the_reference() -> str:
+    """The other way out of an unfinished exercise, where this copy holds one (a handout
+    holds no reference)."""
+    return " or use --impl solutions" if "solutions" in available_impls() else ""
+
+
 def _excerpt(text: str, width: int = 60) -> str:
     """The start of ``text`` on one line (runs of whitespace as one space), at most ``width``
     characters. Only the first words are looked at: splitting a whole 50 MB review took
@@ -592,7 +594,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(
             f"error: {error}. --impl exercises runs your own modules: finish the exercises "
-            "first (`pytest` lists what is left) or use --impl solutions",
+            f"first (`pytest` lists what is left){_or_the_reference()}",
             file=sys.stderr,
         )
         return 2

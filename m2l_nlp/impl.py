@@ -35,6 +35,18 @@ def default_impl() -> str:
     return "solutions" if (repo_root() / "solutions").is_dir() else "exercises"
 
 
+def available_impls() -> tuple[str, ...]:
+    """The implementations this copy holds: ``exercises`` only in a student handout."""
+    return tuple(i for i in IMPLS if i == "exercises" or (repo_root() / i).is_dir())
+
+
+def impl_help(what: str) -> str:
+    """A command's ``--impl`` help: ``what``, then the implementations this copy holds."""
+    if "solutions" in available_impls():
+        return f"{what}: solutions (the reference, the default) or exercises (your own modules)"
+    return f"{what}: exercises (your own modules, the only ones in this copy)"
+
+
 def check_impl(impl: str) -> str:
     """Return ``impl`` if it names a known implementation, else raise a helpful error."""
     if impl not in IMPLS:
@@ -51,9 +63,16 @@ def load_practical(practical: str, impl: str) -> ModuleType:
     root = repo_root()
     path = root / impl / f"{practical}.py"
     if not path.is_file():
+        # a handout has exercises/ alone: say nothing of what it does not hold
+        holds = " and ".join(f"{i}/" for i in available_impls())
+        instructors = (
+            " (instructors: `make exercises`)"
+            if impl == "exercises" and (root / "solutions").is_dir()
+            else ""
+        )
         raise FileNotFoundError(
-            f"{path} does not exist: run from the repository root, or set M2L_ROOT to the "
-            "folder that holds solutions/ and exercises/ (instructors: `make exercises`)"
+            f"{path} does not exist: run from the course's folder, or set M2L_ROOT to the "
+            f"folder that holds {holds}{instructors}"
         )
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))

@@ -71,13 +71,27 @@ def _exercises_in(modules: list[ModuleType]) -> list[Exercise]:
     return list(seen.values())
 
 
+TOP_LEVEL_DEFINITION = re.compile(r"^(?:async\s+)?(?:def|class)\s+(\w+)", re.M)
+
+
 @functools.cache
 def _definition_order(path: Path, stamp: float) -> dict[str, int]:
-    """``{name: position}`` of the top-level functions and classes of the file ``path``."""
+    """``{name: position}`` of the top-level functions and classes of the file ``path``.
+
+    A student's file may not parse (a handout orders by ``exercises/``): its definitions are
+    then found line by line, so the catalog still loads and grading reports the error."""
     del stamp  # part of the cache key only: an edited file is read again
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    defined = (n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef))
-    return {name: i for i, name in enumerate(defined)}
+    text = path.read_text(encoding="utf-8", errors="replace")
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):  # ValueError: null bytes
+        defined = iter(TOP_LEVEL_DEFINITION.findall(text))
+    else:
+        defined = (n.name for n in tree.body if isinstance(n, ast.FunctionDef | ast.ClassDef))
+    order: dict[str, int] = {}
+    for name in defined:
+        order.setdefault(name, len(order))
+    return order
 
 
 def _teaching_order(exercises: list[Exercise], root: Path) -> list[Exercise]:
@@ -88,8 +102,11 @@ def _teaching_order(exercises: list[Exercise], root: Path) -> list[Exercise]:
     practical = exercises[0].practical
     for folder in ("solutions", "exercises"):
         path = root / folder / f"{practical}.py"
-        if path.is_file():
-            order = _definition_order(path, path.stat().st_mtime)
+        try:
+            order = _definition_order(path, path.stat().st_mtime) if path.is_file() else None
+        except OSError:  # unreadable: the next file, or the order as found
+            order = None
+        if order is not None:
             return sorted(exercises, key=lambda ex: order.get(ex.targets[0], len(order)))
     return exercises
 

@@ -7,7 +7,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from m2l_nlp.impl import repo_root
+from m2l_nlp.impl import available_impls, repo_root
 
 
 def run_pytest(args: Sequence[str] = ()) -> int:
@@ -45,14 +45,16 @@ def _chdir(path: os.PathLike[str] | str):  # contextlib.chdir is Python >= 3.11
         os.chdir(old)
 
 
+IMPL_HELP = (
+    "  --impl {exercises,solutions}  what to grade (default: exercises, your work; env M2L_IMPL)\n"
+)
 HELP = """\
 usage: m2l-nlp grade [OPTIONS] [PYTEST OPTIONS]
 
 Grade the exercises with pytest and print the score table.
 
 grader options:
-  --impl {exercises,solutions}  what to grade (default: exercises, your work; env M2L_IMPL)
-  -m EXERCISE                   one exercise only, e.g. -m multihead_attention
+{impl}  -m EXERCISE                   one exercise only, e.g. -m multihead_attention
                                 (the names are in the score table)
   --results-json PATH           also write the scores as Gradescope's results.json
   --grade-timeout SECONDS       stop a graded check after this long (default 120)
@@ -66,6 +68,8 @@ as running `pytest` at the repository root.
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if "-h" in args or "--help" in args:
-        print(HELP, end="")
+        # a handout grades exercises/ alone: --impl has no other choice to offer there
+        impl = IMPL_HELP if len(available_impls()) > 1 else ""
+        print(HELP.replace("{impl}", impl), end="")
         return 0
     return run_pytest(args)

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -36,7 +38,7 @@ from m2l_nlp.grading.checks.runner import (
     run_check,
 )
 from m2l_nlp.grading.checks.settings import SettingsError
-from m2l_nlp.impl import IMPL_ENV, IMPLS, load_practical, repo_root
+from m2l_nlp.impl import IMPL_ENV, IMPLS, available_impls, load_practical, repo_root
 
 GRADER = pytest.StashKey["Grader"]()
 SELECTED = pytest.StashKey[int]()  # how many tests (graded or not) this run selected
@@ -54,6 +56,7 @@ class Grader:
         self.results: dict[str, list[CheckResult]] = {}
         self.seconds: dict[str, float] = {}  # the time of its checks, per exercise
         self.stopped: set[str] = set()  # exercises with a check stopped for taking too long
+        self.quiet: dict[str, ExerciseResult] = {}  # earlier work graded for a note only
 
     def path_of(self, practical: str) -> Path:
         return repo_root() / self.impl / f"{practical}.py"
@@ -93,14 +96,79 @@ class Grader:
             for name, ex in self.exercises.items()
             if name in self.results
         ]
-        blame_earlier([r for r in results if not isinstance(self.reference_of(r), ModuleType)])
+        ours = [r for r in results if not isinstance(self.reference_of(r), ModuleType)]
+        order = list(self.exercises)
+        blame_earlier(
+            sorted([*self.earlier_work(ours), *ours], key=lambda r: order.index(r.exercise.name))
+        )
         return results
+
+    def earlier_work(self, results: list[ExerciseResult]) -> list[ExerciseResult]:
+        """The verdicts of the earlier exercises that failed ones among ``results`` call, where
+        this run did not select them: graded here without a word (not in the score table),
+        so that ``pytest -m multihead_attention`` alone, with a wrong scaled_dot_product, is
+        told to fix that first. Their own earlier work too, where they fail."""
+        owners = {target: ex.name for ex in self.exercises.values() for target in ex.targets}
+        todo = [r for r in results if r.status == "failed"]
+        while todo:
+            for used in todo.pop().exercise.uses:
+                owner = owners.get(used)
+                if owner is None or owner in self.results or owner in self.quiet:
+                    continue
+                self.quiet[owner] = self.grade_quietly(owner)
+                if self.quiet[owner].status != "passed":
+                    todo.append(self.quiet[owner])
+        return list(self.quiet.values())
+
+    def grade_quietly(self, exercise: str) -> ExerciseResult:
+        """``exercise``'s checks up to the first that does not pass, each stopped after
+        DEFAULT_TIMEOUT seconds (no pytest-timeout watches them)."""
+        ex = self.exercises[exercise]
+        checks = []
+        for chk in ex.checks:
+            try:
+                with _time_limit(DEFAULT_TIMEOUT):
+                    self.run(exercise, chk.name)
+                err = None
+            except Exception as caught:  # noqa: BLE001 - every failure becomes a verdict
+                err = caught
+            student = self.modules.get(ex.practical)
+            files = (
+                {os.path.abspath(student.__file__)} if isinstance(student, ModuleType) else set()
+            )
+            checks.append(CheckResult(exercise, chk.name, *outcome(err, files)))
+            if checks[-1].status != "passed":
+                break
+        return ExerciseResult(ex, checks)
 
     def reference_of(self, result: ExerciseResult) -> object:
         return reference(result.exercise.practical)
 
     def import_errors(self) -> list[str]:
         return [str(m) for m in self.modules.values() if isinstance(m, PracticalError)]
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float) -> Iterator[None]:
+    """Raise TimeoutError in the block after ``seconds`` (by SIGALRM, where there is one and
+    this is the main thread; elsewhere unbounded)."""
+    if (
+        not hasattr(signal, "setitimer")
+        or threading.current_thread() is not threading.main_thread()
+    ):
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise TimeoutError(f"stopped after {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def graded_params() -> list[Any]:
@@ -115,11 +183,12 @@ def graded_params() -> list[Any]:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("m2l-grading", "m2l-nlp auto-grader")
+    held = available_impls()  # a handout holds exercises/ alone: no other choice is offered
     group.addoption(
         "--impl",
-        choices=IMPLS,
+        choices=held,
         default=None,
-        help=f"what to grade: exercises (your work, default) or solutions; env {IMPL_ENV}",
+        help=f"what to grade: {' or '.join(held)} (default exercises, your work); env {IMPL_ENV}",
     )
     group.addoption(
         "--results-json",
@@ -140,6 +209,11 @@ def pytest_configure(config: pytest.Config) -> None:
     impl = config.getoption("impl") or os.environ.get(IMPL_ENV) or "exercises"
     if impl not in IMPLS:
         raise pytest.UsageError(f"{IMPL_ENV}={impl!r} is not one of {', '.join(IMPLS)}")
+    if impl not in available_impls():  # a handout: exercises/ alone
+        raise pytest.UsageError(
+            f"{IMPL_ENV}={impl}: {repo_root()} has no {impl}/ to grade; unset {IMPL_ENV} to "
+            "grade exercises/"
+        )
     try:
         grader = Grader(impl)
     except SettingsError as err:
@@ -166,11 +240,16 @@ def _keep_graded_testpaths(config: pytest.Config) -> None:
         config.args = [str(root / "tests" / "graded")]
 
 
-PARALLEL_REFUSAL = (
-    "graded checks cannot run in parallel workers (-n): run them without -n, e.g. "
-    "`pytest tests/graded --impl solutions`, and the other tests with "
-    "`pytest tests --ignore=tests/graded -n 2`"
-)
+def parallel_refusal() -> str:
+    """What a run of graded checks in pytest-xdist workers is told (a handout has no other
+    tests to run in them)."""
+    if "solutions" not in available_impls():
+        return "graded checks cannot run in parallel workers (-n): run pytest without -n"
+    return (
+        "graded checks cannot run in parallel workers (-n): run them without -n, e.g. "
+        "`pytest tests/graded --impl solutions`, and the other tests with "
+        "`pytest tests --ignore=tests/graded -n 2`"
+    )
 
 
 def _refuse_parallel_grading(config: pytest.Config) -> None:
@@ -183,12 +262,23 @@ def _refuse_parallel_grading(config: pytest.Config) -> None:
     invoked = Path(config.invocation_params.dir)
     paths = [(invoked / arg.split("::")[0]).resolve() for arg in config.args]
     if paths and all(path == graded or graded in path.parents for path in paths):
-        raise pytest.UsageError(PARALLEL_REFUSAL)
+        raise pytest.UsageError(parallel_refusal())
 
 
-def pytest_report_header(config: pytest.Config) -> str:
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    """The folder graded, by its whole path: an install of m2l_nlp shared between two copies
+    of the course grades the copy it was installed from, which this line shows."""
     grader = config.stash[GRADER]
-    return f"m2l-nlp grader: grading {grader.impl}/ (--impl exercises|solutions)"
+    root = repo_root()
+    choice = " (--impl exercises|solutions)" if len(available_impls()) > 1 else ""
+    lines = [f"m2l-nlp grader: grading {root / grader.impl}/{choice}"]
+    here = config.rootpath.resolve()
+    if here != root and (here / "exercises").is_dir():
+        lines.append(
+            f"m2l-nlp grader: not {here / 'exercises'}/: the m2l_nlp imported is that of "
+            f"{root}; set M2L_ROOT={here} or install this copy (pip install -e .)"
+        )
+    return lines
 
 
 @pytest.fixture
@@ -244,7 +334,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     if hasattr(item.config, "workerinput") and item.get_closest_marker("graded"):
         # Under pytest-xdist the scores would stay in the workers: no score table, and an
         # exercise left undone (reported as a skip) would not fail the run.
-        pytest.fail(PARALLEL_REFUSAL, pytrace=False)
+        pytest.fail(parallel_refusal(), pytrace=False)
 
 
 def _is_timeout(excinfo: pytest.ExceptionInfo[BaseException]) -> bool:
