@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ from m2l_nlp.grading.checks.report import score_table
 from m2l_nlp.grading.checks.runner import (
     CheckResult,
     ExerciseResult,
+    StudentError,
     blame_earlier,
     describe_error,
     outcome,
@@ -745,6 +747,25 @@ def test_the_hint_for_k_T_does_not_depend_on_the_jax_version(said):
     assert message.endswith("swap only the last two, jnp.swapaxes(k, -1, -2).")
 
 
+def test_a_dropped_is_train_is_named_from_another_process_too():
+    """The trusted grader's worker sends back the frames' lines only: the student's line that
+    calls a ``__call__`` of theirs without is_train is named, not the dropout it reaches."""
+    path = "/submission/practical2_transformers.py"
+    call = "x = self.norm_2(x + dropout(self.feed_forward(x)))"
+    frames = [
+        traceback.FrameSummary(path, 333, "__call__", line=call),
+        traceback.FrameSummary("/venv/site-packages/haiku/module.py", 9, "wrapped", line="f()"),
+        traceback.FrameSummary(
+            path, 272, "__call__", line="h = hk.dropout(hk.next_rng_key(), p, h)"
+        ),
+    ]
+    said = (
+        "You must pass a non-None PRNGKey to init and/or apply if you make use of random numbers."
+    )
+    message = describe_error(StudentError("MissingRNGError", said, frames), {path})
+    assert f"line 333: `{call}`)\nHint: this line calls a sub-module without is_train" in message
+
+
 @pytest.mark.parametrize(
     ("edits", "hint"),
     [
@@ -1217,3 +1238,37 @@ def test_a_note_names_a_failing_earlier_exercise_but_never_a_hidden_one():
         assert ("attention" in results[1].note) is named, results[1].note
         if named:
             assert results[1].note.startswith("note: this exercise calls your attend")
+
+
+@pytest.mark.slow  # records the reference's answers to two exercises first
+def test_a_note_names_a_failing_earlier_exercise_the_run_did_not_select(tmp_path, monkeypatch):
+    """As in a handout (recorded answers; the student's own scaled_dot_product called),
+    `pytest -m multihead_attention` alone, with a wrong scaled_dot_product, is told to fix
+    that first: scaled_dot_product is graded quietly, and stays out of the score table."""
+    from m2l_nlp.grading.checks.expected import Replay
+    from m2l_nlp.grading.local import pytest_plugin
+    from m2l_nlp.grading.trusted.recording import record
+
+    module = _module_from(_mutate(SOLUTION, "/ math.sqrt(d_k)", ""), tmp_path)
+    catalog = load_exercises()
+    graded = {name: catalog[name] for name in ("scaled_dot_product", "multihead_attention")}
+    records = json.loads(json.dumps(record(graded, P2, reference(P2)).records))
+    monkeypatch.setattr(pytest_plugin, "reference", lambda practical: Replay(records))
+    grader = pytest_plugin.Grader("exercises")
+    grader.modules[P2] = module
+    for chk in catalog["multihead_attention"].checks:
+        try:
+            grader.run("multihead_attention", chk.name)
+            err = None
+        except Exception as caught:  # noqa: BLE001 - its verdict is what is tested
+            err = caught
+        verdict = outcome(err, {module.__file__})
+        grader.record("multihead_attention", CheckResult("multihead_attention", chk.name, *verdict))
+    [result] = grader.exercise_results()
+    assert result.status == "failed"
+    assert result.note.startswith(
+        "note: this exercise calls your scaled_dot_product, and scaled_dot_product fails: "
+        "fix that first"
+    ), result.note
+    assert list(grader.quiet) == ["scaled_dot_product"]
+    assert grader.quiet["scaled_dot_product"].status == "failed"

@@ -5,8 +5,9 @@ messages each slip must get, in tests/test_practical1.py and tests/test_grading.
 
 A mutant may add a third item, ``{"says": text, "not": text}`` (either key optional): the
 message its failure must hold, and one that no message of it may hold. Those are asserted
-twice: graded against the reference module (the course repository) and against its recorded
-answers (a student's handout, where a hint can ask the reference only what was recorded)."""
+twice: graded against the reference module (the course repository), and (slow: the answers
+are recorded first) against its recorded answers, as a student's handout grades, where a
+hint can ask the reference only what was recorded and the student's earlier work is called."""
 
 from __future__ import annotations
 
@@ -88,6 +89,16 @@ def _grade(module, exercise: str, ref) -> list[tuple[str, str]]:
     return results
 
 
+def _expect_caught(results: list[tuple[str, str]], slip: str, said: dict[str, str], where: str):
+    statuses = [status for status, _ in results]
+    assert any(s == "failed" for s in statuses), f"{slip!r} was not caught: {statuses}"
+    messages = "\n".join(message for status, message in results if status == "failed")
+    if "says" in said:
+        assert said["says"] in messages, f"{slip!r} against {where}:\n{messages}"
+    if "not" in said:
+        assert said["not"] not in messages, f"{slip!r} against {where}:\n{messages}"
+
+
 @pytest.mark.parametrize(
     ("practical", "exercise", "slip", "edits", "said"),
     MUTANTS,
@@ -95,16 +106,20 @@ def _grade(module, exercise: str, ref) -> list[tuple[str, str]]:
 )
 def test_a_mutant_fails_its_exercise(tmp_path, practical, exercise, slip, edits, said):
     module = _mutant(tmp_path, practical, edits)
-    ex = load_exercises()[exercise]
-    graded = [("the reference", reference(ex.practical))]
-    if said:
-        graded.append(("the recorded answers", _recorded(exercise)))
-    for where, ref in graded:
-        results = _grade(module, exercise, ref)
-        statuses = [status for status, _ in results]
-        assert any(s == "failed" for s in statuses), f"{slip!r} was not caught: {statuses}"
-        messages = "\n".join(message for status, message in results if status == "failed")
-        if "says" in said:
-            assert said["says"] in messages, f"{slip!r} against {where}:\n{messages}"
-        if "not" in said:
-            assert said["not"] not in messages, f"{slip!r} against {where}:\n{messages}"
+    ref = reference(load_exercises()[exercise].practical)
+    _expect_caught(_grade(module, exercise, ref), slip, said, "the reference")
+
+
+TOLD = [m for m in MUTANTS if m[4]]
+
+
+@pytest.mark.slow  # records the reference's answers to the exercise first: 5 to 40 s
+@pytest.mark.parametrize(
+    ("practical", "exercise", "slip", "edits", "said"),
+    TOLD,
+    ids=[f"{m[1]}-{m[2]}" for m in TOLD] or None,
+)
+def test_a_mutant_is_told_its_slip_in_a_handout(tmp_path, practical, exercise, slip, edits, said):
+    """As a handout grades: against recorded answers, the student's earlier work called."""
+    module = _mutant(tmp_path, practical, edits)
+    _expect_caught(_grade(module, exercise, _recorded(exercise)), slip, said, "recorded answers")

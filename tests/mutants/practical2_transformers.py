@@ -2,6 +2,8 @@
 and the hints of scaled_dot_product and positional_encoding, are in tests/test_grading.py)."""
 
 _MASK_HINT = "look at the mask"  # mha_masks' hint, for mask slips only
+# The line that called a sub-module without is_train is named, not the sub-module's dropout.
+_FLAG_DROPPED = ": `{}`)\nHint: this line calls a sub-module without is_train"
 
 MUTANTS = {
     "scaled_dot_product": [
@@ -73,6 +75,20 @@ MUTANTS = {
             "a (B, 1, S_k) mask handled as (B, S_k)",
             [("if mask.ndim == 2:", "if mask.ndim >= 2:")],
             {"says": "a (B, 1, S_k) mask must become (B, 1, 1, S_k)"},
+        ),
+    ],
+    "encoder_block": [
+        (
+            "feed-forward called without is_train",
+            [("dropout(self.feed_forward(x, is_train))", "dropout(self.feed_forward(x))")],
+            {"says": _FLAG_DROPPED.format("x = self.norm_2(x + dropout(self.feed_forward(x)))")},
+        ),
+    ],
+    "transformer_encoder": [
+        (
+            "blocks called without is_train",
+            [("x = block(x, mask, is_train)", "x = block(x, mask)")],
+            {"says": _FLAG_DROPPED.format("x = block(x, mask)")},
         ),
     ],
 }

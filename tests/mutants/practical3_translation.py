@@ -89,6 +89,18 @@ MUTANTS = {
     ],
     "transformer_decoder": [
         (
+            "blocks called without is_train",
+            [
+                (
+                    "            x, _ = block(x, mask, is_train)\n",
+                    "            x, _ = block(x, mask)\n",
+                )
+            ],
+            {
+                "says": ": `x, _ = block(x, mask)`)\nHint: this line calls a sub-module without is_train"
+            },
+        ),
+        (
             "blocks not chained",
             [
                 (
@@ -117,6 +129,18 @@ MUTANTS = {
         ),
     ],
     "language_model": [
+        (
+            "positional encoding called without is_train",
+            [
+                (
+                    "        x = self.positional(x, is_train)\n        x = self.decoder",
+                    "        x = self.positional(x)\n        x = self.decoder",
+                )
+            ],
+            {
+                "says": ": `x = self.positional(x)`)\nHint: this line calls a sub-module without is_train"
+            },
+        ),
         (
             "no positions",
             [

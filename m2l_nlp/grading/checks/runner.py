@@ -243,6 +243,13 @@ def run_check(
         check.func(ctx)
 
 
+_RANDOM_KEY_ASKED = ("non-None PRNGKey", "next_rng_key")  # haiku's words for a missing key
+_FLAG_DROPPED = (
+    "this line calls a sub-module without is_train, so the sub-module runs with its default, "
+    "is_train=True, even in evaluation mode, and its dropout asks for a random key: pass "
+    "is_train on to every sub-module that has dropout"
+)
+
 # (words that occur in the error, the hint): the first entry with a word found applies.
 _HINTS = (
     (
@@ -251,7 +258,7 @@ _HINTS = (
         "only in __init__, with the names given in the stub",
     ),
     (
-        ("non-None PRNGKey", "next_rng_key"),
+        _RANDOM_KEY_ASKED,
         "your code asked for a random key in evaluation mode (is_train=False): dropout must "
         "only run when is_train is True, and every sub-module with dropout must be given "
         "is_train (their default is True)",
@@ -284,8 +291,7 @@ def _student_frame(err: BaseException, student_files: set[str]) -> traceback.Fra
     else:
         frames = traceback.extract_tb(err.__traceback__)
     for frame in reversed(frames):
-        name = os.path.abspath(frame.filename)
-        if name in student_files or frame.filename.startswith("<ipython-input"):
+        if _is_students(frame.filename, student_files):
             return frame
     for frame in reversed(frames):
         installed = "site-packages" in frame.filename or "dist-packages" in frame.filename
@@ -294,15 +300,48 @@ def _student_frame(err: BaseException, student_files: set[str]) -> traceback.Fra
     return None
 
 
+def _is_students(filename: str, student_files: set[str]) -> bool:
+    return os.path.abspath(filename) in student_files or filename.startswith("<ipython-input")
+
+
+def _flag_dropped_at(err: BaseException, student_files: set[str]) -> traceback.FrameSummary | None:
+    """Where the student's code called a sub-module without its ``is_train``: the last of the
+    student's frames with ``is_train`` False before a frame (theirs, or the reference's that
+    stands in for their earlier work) with ``is_train`` True, read from the frames' variables.
+    From another process only the lines come back: a student's ``__call__`` called by a line
+    of theirs that does not say ``is_train``."""
+    if isinstance(err, StudentError):
+        mine = [f for f in err.frames if _is_students(f.filename, student_files)]
+        for caller, callee in zip(mine, mine[1:], strict=False):
+            if callee.name == "__call__" and "is_train" not in (caller.line or ""):
+                return caller
+        return None
+    evaluating = None
+    tb = err.__traceback__
+    while tb is not None:
+        flag = tb.tb_frame.f_locals.get("is_train")
+        if flag is False and _is_students(tb.tb_frame.f_code.co_filename, student_files):
+            evaluating = tb
+        elif flag is True and evaluating is not None:
+            return traceback.extract_tb(evaluating, limit=1)[0]
+        tb = tb.tb_next
+    return None
+
+
 def describe_error(err: BaseException, student_files: set[str]) -> str:
     """An exception from the student's code, in words, with file and line."""
-    frame = _student_frame(err, student_files)
+    full = f"{err.kind if isinstance(err, StudentError) else type(err).__name__} {err}"
+    dropped = None
+    if any(needle in full for needle in _RANDOM_KEY_ASKED):
+        dropped = _flag_dropped_at(err, student_files)
+    frame = dropped or _student_frame(err, student_files)
     where = f" ({frame.filename}, line {frame.lineno}: `{frame.line}`)" if frame else ""
     kind = err.kind if isinstance(err, StudentError) else type(err).__name__
     text = str(err).strip().splitlines()
     first = text[0][:300] if text else ""
     message = f"your code raised {kind}: {first}{where}"
-    full = f"{kind} {err}"
+    if dropped is not None:
+        return f"{message}\nHint: {_FLAG_DROPPED}."
     for needles, hint in _HINTS:
         if any(needle in full for needle in needles):
             return f"{message}\nHint: {hint}."
