@@ -12,7 +12,7 @@ STAMP  := $(VENV)/.installed-stamp
 # handout only: .PHONY: venv test train demo clean
 
 # uv installs the environment (pip puts uv in it first): several times faster than pip from
-# empty download caches (benchmarks/README.md). uv reads its own settings, not pip's: where it
+# empty download caches. uv reads its own settings, not pip's: where it
 # cannot install (an index only pip is configured for, say), or with PIP_ONLY=1, pip does, and
 # uv's output is kept in $(VENV)/uv.log. Neither byte-compiles: compileall does it on every
 # core, packages' own test folders left out, where pip would on one. Compiled up front, as

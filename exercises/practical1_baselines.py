@@ -321,8 +321,8 @@ class LSTMClassifier(hk.Module):
 # available from the command line, e.g. `m2l-nlp train --model bigram-mlp`: both go through
 # the course's one training loop, `train_and_evaluate`, with a recipe (a *preset*) from
 # `m2l_nlp/config.py`. With `impl=globals()` it trains the functions and modules defined in
-# this notebook, that is *your* code; without it, the reference solutions. (From a terminal,
-# `m2l-nlp train --model bow-mlp --impl exercises` trains the code in `exercises/`.)
+# this notebook, that is *your* code. (From a terminal, `m2l-nlp train --model bow-mlp
+# --impl exercises` trains the code in `exercises/`.)
 #
 # By default this uses the small set of reviews bundled with the repository (seconds). Set
 # `FULL_IMDB = True` for the real IMDB (25,000 + 25,000 reviews, downloaded once, about

@@ -21,7 +21,7 @@ os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", "")
 # when it starts its backend, after this file is imported. Only pytest runs (and what they
 # start) compile this way: `m2l-nlp` and the training benchmarks keep XLA's defaults. The
 # flags as they were stay in USERS_XLA_FLAGS (xdist's workers inherit it): a notebook's kernel
-# gets them back, as a student's kernel has them (`tests/test_notebooks.py`).
+# gets them back, as a student's kernel has them (the tests that run notebooks).
 USERS_XLA_FLAGS = "M2L_NLP_USERS_XLA_FLAGS"
 os.environ.setdefault(USERS_XLA_FLAGS, os.environ.get("XLA_FLAGS", ""))
 os.environ["XLA_FLAGS"] = devices.checking_xla_flags(os.environ.get("XLA_FLAGS", ""))

@@ -1,4 +1,4 @@
-# Setup cell (written by `make solutions` from m2l_nlp/authoring/setup_cell.py): safe to run twice.
+# Setup cell (made from the course's m2l_nlp/authoring/setup_cell.py): safe to run twice.
 import importlib
 import importlib.metadata
 import os
@@ -15,7 +15,7 @@ JAX_FLOOR = "0.4.36"  # the oldest jax the course supports (pyproject.toml)
 KEEP = ("jax", "jaxlib", "numpy")
 PLUGINS = re.compile(r"jax[-_.]cuda\d+[-_.](plugin|pjrt)|libtpu([-_.]nightly)?", re.IGNORECASE)
 # What Colab lacks, at the versions that the course's simulated Colab tested beside Colab's own
-# packages (written by `make solutions` from m2l_nlp/authoring/colab_tested.txt).
+# packages (listed in m2l_nlp/authoring/colab_tested.txt).
 TESTED = "dm-haiku==0.0.17"
 SETUP_DONE = "M2L_NLP_SETUP_DONE"  # set at the end of this cell's first run
 

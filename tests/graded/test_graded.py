@@ -1,7 +1,7 @@
 """The graded checks of every practical, one test per check (marker = exercise name).
 
 The checks live in ``m2l_nlp/grading/practicals/practical*/``; this file only runs them. What is
-graded is chosen by ``--impl`` (``exercises`` by default, or ``solutions``).
+graded is chosen by ``--impl`` (``exercises`` by default).
 """
 
 import pytest

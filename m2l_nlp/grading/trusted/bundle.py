@@ -25,6 +25,7 @@ made in it (``.git/``, ``.venv/``, ``runs/``...: :data:`KEPT_IN_PLACE`) moves in
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import os
 import re
 import secrets
@@ -33,7 +34,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -173,8 +174,48 @@ def check_hidden(exercises: Sequence[Any], seeds: int = HIDDEN_SEEDS) -> None:
 
 PLACEHOLDER = "https://github.com/m2l-nlp/m2l-nlp"  # pyproject.toml's until a fork names its own
 # In an earlier handout, what its users made there: moved into the new one, never replaced
-# (a repository, an environment, caches, training runs). Bytecode caches are dropped.
+# (a repository, an environment, caches, training runs), as is everything its .gitignore
+# ignores (downloads and caches under data/, results.json...). Bytecode caches are dropped.
 KEPT_IN_PLACE = (".git", ".venv", ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints", "runs")
+
+
+def gitignored(gitignore: str) -> Callable[[str, bool], bool]:
+    """``ignored(path, folder)``: whether the ``.gitignore`` text ``gitignore`` ignores
+    ``path`` (relative, ``/``-separated; ``folder`` if it is one), for the patterns a course
+    uses: ``*``, ``?`` and ``[...]`` within a name, a leading or inner ``/`` to anchor at the
+    top, a trailing ``/`` for folders, ``!`` to take back. As in git, what lies in an
+    ignored folder is ignored, whatever a later ``!`` says."""
+    rules = []
+    for line in gitignore.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        keep = line.startswith("!")
+        line = line.removeprefix("!")
+        anchored = "/" in line.rstrip("/")
+        rules.append((keep, line.endswith("/"), anchored, line.strip("/").split("/")))
+
+    def matches(parts: list[str], folder: bool, rule: tuple) -> bool:
+        _, folders_only, anchored, pattern = rule
+        if folders_only and not folder:
+            return False
+        if not anchored:
+            return fnmatch.fnmatchcase(parts[-1], pattern[0])
+        return len(parts) == len(pattern) and all(map(fnmatch.fnmatchcase, parts, pattern))
+
+    def ignored(path: str, folder: bool = False) -> bool:
+        parts = path.split("/")
+        for depth in range(1, len(parts) + 1):
+            inside = depth < len(parts) or folder
+            state = False
+            for rule in rules:
+                if matches(parts[:depth], inside, rule):
+                    state = not rule[0]
+            if state:
+                return True
+        return False
+
+    return ignored
 
 
 def _written_before(out: Path) -> set[str]:
@@ -183,8 +224,37 @@ def _written_before(out: Path) -> set[str]:
     return {line.removeprefix("- ") for line in lines if line.startswith("- ")}
 
 
+def _made_there(out: Path) -> tuple[list[str], list[str]]:
+    """What the users of the earlier handout ``out`` made in it, outside :data:`KEPT_IN_PLACE`
+    and bytecode caches: ``(kept, foreign)``. ``kept``: the files and whole folders its
+    ``.gitignore`` ignores (moved into the new handout); ``foreign``: the other files that
+    its mark does not list (a reason to refuse)."""
+    written = _written_before(out) | {HANDOUT_MARK}
+    rules = out / ".gitignore"
+    ignored = gitignored(rules.read_text(encoding="utf-8") if rules.is_file() else "")
+    kept, foreign = [], []
+    for top, folders, files in os.walk(out):
+        here = Path(top).relative_to(out)
+        for name in list(folders):
+            rel = (here / name).as_posix()
+            if (here == Path(".") and name in KEPT_IN_PLACE) or name == "__pycache__":
+                folders.remove(name)
+            elif ignored(rel, folder=True) and not any(w.startswith(f"{rel}/") for w in written):
+                folders.remove(name)  # moved whole
+                kept.append(rel)
+            elif (out / rel).is_symlink():  # a link to a folder: moved, never followed
+                files.append(name)
+        for name in files:
+            rel = (here / name).as_posix()
+            if rel in written:
+                continue
+            (kept if ignored(rel) else foreign).append(rel)
+    return sorted(kept), sorted(foreign)
+
+
 def _check_replaceable(out: Path) -> None:
-    """An ``out`` that exists must hold only what an earlier handout wrote (and ``.git/``)."""
+    """An ``out`` that exists must hold only what an earlier handout wrote, what its users
+    made there that its ``.gitignore`` ignores, and :data:`KEPT_IN_PLACE`."""
     if not out.exists():
         return
     if not (out / HANDOUT_MARK).is_file():
@@ -192,15 +262,7 @@ def _check_replaceable(out: Path) -> None:
             f"{out} exists and was not written by `make handout`: choose another folder "
             "or move it away"
         )
-    written = _written_before(out) | {HANDOUT_MARK}
-    foreign = sorted(
-        path.relative_to(out).as_posix()
-        for path in out.rglob("*")
-        if not path.is_dir()
-        and path.relative_to(out).parts[0] not in KEPT_IN_PLACE
-        and "__pycache__" not in path.relative_to(out).parts
-        and path.relative_to(out).as_posix() not in written
-    )
+    _, foreign = _made_there(out)
     if foreign:
         shown = ", ".join(foreign[:5]) + (
             f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
@@ -211,13 +273,30 @@ def _check_replaceable(out: Path) -> None:
         )
 
 
+def _keep_dates_of_unchanged(tmp: Path, out: Path) -> None:
+    """A file of the new handout ``tmp`` that the earlier one ``out`` held with the same bytes
+    keeps its date: ``make`` then installs the environment again only when pyproject.toml
+    changed."""
+    for path in tmp.rglob("*"):
+        old = out / path.relative_to(tmp)
+        if path.is_file() and not path.is_symlink() and old.is_file() and not old.is_symlink():
+            if old.read_bytes() == path.read_bytes():
+                stat = old.stat()
+                os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
 def _replace_folder(tmp: Path, out: Path) -> None:
-    """Move ``tmp`` to ``out``, in place of an earlier handout (its ``.git/`` kept)."""
+    """Move ``tmp`` to ``out``, in place of an earlier handout: what its users made there
+    (:data:`KEPT_IN_PLACE`, what its ``.gitignore`` ignores) moves into the new one."""
     _check_replaceable(out)
     if out.exists():
-        for name in KEPT_IN_PLACE:
-            if (out / name).exists():
-                (out / name).rename(tmp / name)
+        kept, _ = _made_there(out)
+        _keep_dates_of_unchanged(tmp, out)
+        for name in [*KEPT_IN_PLACE, *kept]:
+            if (out / name).exists() or (out / name).is_symlink():
+                if not (tmp / name).exists():  # the new handout's own file wins
+                    (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+                    (out / name).rename(tmp / name)
         old = out.with_name(f".{out.name}.old")
         shutil.rmtree(old, ignore_errors=True)
         out.rename(old)
@@ -240,10 +319,10 @@ def _check_repository(repository: str | None) -> str:
 
 
 def _student_files(root: Path, tmp: Path, repository: str) -> list[str]:
-    """Write the handout's README, Makefile, pyproject.toml and notebooks, made for its own
-    repository (see :mod:`.handout_docs`); returns their names."""
+    """Write the handout's README, Makefile, grading.toml, pyproject.toml and notebooks, made
+    for its own repository (see :mod:`.handout_docs`); returns their names."""
     from m2l_nlp.authoring import notebooks as make
-    from m2l_nlp.grading.trusted.handout_docs import handout_makefile, handout_readme
+    from m2l_nlp.grading.trusted.handout_docs import handout_cut, handout_readme
 
     made = {
         "README.md": handout_readme(
@@ -252,9 +331,12 @@ def _student_files(root: Path, tmp: Path, repository: str) -> list[str]:
             make.README_BEGIN,
             make.README_END,
         ),
-        "Makefile": handout_makefile((root / "Makefile").read_text(encoding="utf-8")),
+        "Makefile": handout_cut((root / "Makefile").read_text(encoding="utf-8"), "Makefile"),
+        "grading.toml": handout_cut(
+            (root / "grading.toml").read_text(encoding="utf-8"), "grading.toml"
+        ),
     }
-    pyproject = (root / "pyproject.toml").read_text(encoding="utf-8")
+    pyproject = handout_cut((root / "pyproject.toml").read_text(encoding="utf-8"), "pyproject.toml")
     made["pyproject.toml"], count = re.subn(
         r'^Repository = "[^"]*"', f'Repository = "{repository}"', pyproject, flags=re.M
     )
@@ -276,6 +358,7 @@ def handout(out: Path, root: Path | None = None, repository: str | None = None) 
     from m2l_nlp.grading.checks import expected
     from m2l_nlp.grading.checks.catalog import load_exercises
     from m2l_nlp.grading.checks.runner import reference, stub_lines_of
+    from m2l_nlp.grading.trusted.handout_docs import MarkerError
     from m2l_nlp.grading.trusted.recording import record
 
     root = root or repo_root()
@@ -287,7 +370,10 @@ def handout(out: Path, root: Path | None = None, repository: str | None = None) 
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
-        made = set(_student_files(root, tmp, repository))
+        try:
+            made = set(_student_files(root, tmp, repository))
+        except MarkerError as err:  # an instructor's marker without its pair: one line
+            raise BundleError(str(err)) from None
         for name in tracked_files(root):
             solved = name.startswith("notebooks/") and "_solved" in name
             left_out = _in(name, HANDOUT_LEFT_OUT) and not _in(name, HANDOUT_KEPT_TESTS)
@@ -306,12 +392,13 @@ def handout(out: Path, root: Path | None = None, repository: str | None = None) 
             lines = [f"{p} = {v:g}" for p, v in hidden.items()]
             with open(tmp / "grading.toml", "a", encoding="utf-8") as handle:
                 handle.write(
-                    "\n# Written by `make handout`: points graded by the autograder only.\n"
+                    "\n# Points graded by the autograder only (written when this copy was made).\n"
                     "[hidden.points]\n" + "\n".join(lines) + "\n"
                 )
         written = sorted(p.relative_to(tmp).as_posix() for p in tmp.rglob("*") if p.is_file())
         (tmp / HANDOUT_MARK).write_text(
-            "Written by `make handout`, which replaces these files (and only these):\n"
+            "Written by the course's handout builder (m2l_nlp/grading/trusted/bundle.py), which "
+            "replaces these files and keeps what you made here:\n"
             + "".join(f"- {name}\n" for name in written)
         )
         tmp.chmod(0o755)

@@ -4,8 +4,9 @@ One source for both: in ``README.md`` a block between ``<!-- handout: cut -->`` 
 ``<!-- handout: end cut -->`` is the instructor's only, and the text of a
 ``<!-- handout only`` ... ``-->`` comment the students' only (GitHub shows neither marker); in
 the ``Makefile`` the same with ``# handout: cut`` / ``# handout: end cut`` lines, and lines that
-start ``# handout only: `` are put in, uncommented. The table of Colab links is written again
-for the handout's own repository, without the solved notebooks.
+start ``# handout only: `` are put in, uncommented (so too in ``grading.toml`` and
+``pyproject.toml``). The table of Colab links is written again for the handout's own
+repository, without the solved notebooks.
 """
 
 from __future__ import annotations
@@ -33,20 +34,26 @@ def handout_readme(text: str, links: str, begin: str, end: str) -> str:
     return table.sub(lambda _: links, text)
 
 
-def handout_makefile(text: str) -> str:
-    """The students' Makefile from the instructor's ``text``."""
+def handout_cut(text: str, name: str) -> str:
+    """The students' copy of ``text``, a file named ``name`` whose comments start with ``#``
+    (the Makefile, ``grading.toml``, ``pyproject.toml``)."""
     kept, cutting = [], False
     for line in text.splitlines():
         if line.strip() == MAKE_CUT:
             if cutting:
-                raise MarkerError(f"Makefile: `{MAKE_CUT}` inside a cut block")
+                raise MarkerError(f"{name}: `{MAKE_CUT}` inside a cut block")
             cutting = True
         elif line.strip() == MAKE_END:
             if not cutting:
-                raise MarkerError(f"Makefile: `{MAKE_END}` without `{MAKE_CUT}`")
+                raise MarkerError(f"{name}: `{MAKE_END}` without `{MAKE_CUT}`")
             cutting = False
         elif not cutting:
             kept.append(line.removeprefix(MAKE_ONLY))
     if cutting:
-        raise MarkerError(f"Makefile: a `{MAKE_CUT}` block is not closed")
+        raise MarkerError(f"{name}: a `{MAKE_CUT}` block is not closed")
     return "\n".join(kept) + "\n"
+
+
+def handout_makefile(text: str) -> str:
+    """The students' Makefile from the instructor's ``text``."""
+    return handout_cut(text, "Makefile")
