@@ -304,7 +304,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     start = time.perf_counter()
     try:
         name = _preset_name(args)
-        preset = override(PRESETS[name], args.set)
+        preset = PRESETS[name]
+        if args.data == "small":  # the recipe's own changes for the bundled reviews, if any
+            preset = preset.for_small_data()
+        preset = override(preset, args.set)
         if args.epochs is not None:
             preset = override(preset, [f"train.epochs={args.epochs}"])
     except (TypeError, ValueError) as error:

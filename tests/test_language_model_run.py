@@ -38,6 +38,7 @@ def test_train_then_generate_and_resume(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "epoch 2/2: bits/char" in out and "val_bits/char" in out and "sample: 'The film" in out
     assert "baselines on the same text: bigram" in out
+    assert "validation bits per character: " in out  # beside its baselines too
     metrics = json.loads((tmp_path / "lm" / "metrics.json").read_text())
     assert metrics["test_bits_per_char"] > 0 and set(metrics["baselines_bits_per_char"]) == {
         "unigram",
@@ -110,3 +111,48 @@ def test_a_writer_without_a_working_cache_writes_the_same_text_more_slowly(capsy
     plain = Writer(funcs, broken, config, vocab).write(params, "abc", 12, seed=3)
     assert plain == good and len(good) >= 6  # (a drawn padding id writes nothing)
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def test_a_run_that_does_not_beat_the_baselines_says_what_it_learned():
+    from m2l_nlp.runs.language_model import beside_baselines, learning_note
+
+    baselines = {"unigram": 4.458, "bigram": 3.155}
+    nothing = learning_note(4.463, baselines)
+    assert nothing.startswith("note: this run learned nothing: 4.463 bits per character")
+    assert "unigram model's 4.458" in nothing and "--epochs" in nothing
+    frequencies = learning_note(3.79, baselines)
+    assert "not yet learned which character follows which" in frequencies
+    assert "bigram model's counts (3.155 bits per character) still beat its 3.790" in frequencies
+    assert learning_note(1.922, baselines) is None
+    line = beside_baselines("validation", 1.922, baselines)
+    assert line == (
+        "validation bits per character: 1.922; baselines on the same text: bigram 3.155, "
+        "unigram 4.458"
+    )
+
+
+def test_the_small_data_gets_the_presets_small_recipe_and_set_still_wins(monkeypatch, capsys):
+    """`--preset char-lm --data small` trains the recipe made for 800 reviews (one epoch of
+    the full recipe is 32 steps there and learns nothing); --set and --epochs change it."""
+    from m2l_nlp.config import PRESETS
+    from m2l_nlp.runs import experiment
+
+    asked = []
+
+    def record(request, say=print):
+        asked.append(request.preset)
+        raise ValueError("recorded")
+
+    monkeypatch.setattr(experiment, "run_training", record)
+    base = ["train", "--preset", "char-lm", "--no-progress"]
+    assert cli.main([*base, "--data", "small"]) == 2
+    assert cli.main([*base, "--data", "small", "--epochs", "5", "--set", "model.d_model=32"]) == 2
+    assert cli.main([*base, "--data", "somewhere/aclImdb"]) == 2
+    assert "recorded" in capsys.readouterr().err
+    small, changed, full = asked
+    assert small == PRESETS["char-lm"].for_small_data() and small.small_data == {}
+    assert (small.model["d_model"], small.model["num_layers"], small.train["epochs"]) == (64, 1, 3)
+    assert small.model["num_heads"] == PRESETS["char-lm"].model["num_heads"]  # merged, not replaced
+    assert (changed.model["d_model"], changed.train["epochs"]) == (32, 5)
+    assert full == PRESETS["char-lm"]
+    small.check()

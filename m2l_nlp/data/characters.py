@@ -128,7 +128,8 @@ def char_bits(train: Sequence[str], held_out: Sequence[str], vocab: CharVocab) -
 class CharData:
     """The reviews as character windows: ``train`` (the training reviews but ``val_size``),
     ``val`` (those, read every epoch), ``test`` (test reviews, read once), with the
-    vocabulary and the baselines' bits per character on the test reviews."""
+    vocabulary and the baselines' bits per character on the test reviews (``baselines``)
+    and on the validation reviews (``val_baselines``, None without them)."""
 
     vocab: CharVocab
     train: Windows
@@ -136,6 +137,7 @@ class CharData:
     test: Windows
     baselines: dict[str, float]
     reviews: dict[str, int]  # how many reviews each split holds
+    val_baselines: dict[str, float] | None = None
 
 
 def prepare_characters(
@@ -173,4 +175,5 @@ def prepare_characters(
         test=windows(test, vocab, width),
         baselines=char_bits(kept, test, vocab),
         reviews={"train": len(kept), "val": len(held), "test": len(test)},
+        val_baselines=char_bits(kept, held, vocab) if held else None,
     )

@@ -130,6 +130,13 @@ def train_language_model(
     }
     if result.eval_result is not None:
         run_metrics["val_bits_per_char"] = result.eval_result.loss
+        if data.val_baselines is not None:
+            run_metrics["val_baselines_bits_per_char"] = data.val_baselines
+            log(beside_baselines("validation", result.eval_result.loss, data.val_baselines))
+            if no_test:  # else the test line below judges the run
+                note = learning_note(result.eval_result.loss, data.val_baselines)
+                if note:
+                    log(note)
     if not no_test:
         test = evaluate(
             params,
@@ -146,11 +153,11 @@ def train_language_model(
             test_accuracy=test.accuracy,
             baselines_bits_per_char=data.baselines,
         )
-        log(
-            f"test bits per character: {test.loss:.3f} (next character right "
-            f"{test.accuracy:.1%}); baselines on the same text: bigram "
-            f"{data.baselines['bigram']:.3f}, unigram {data.baselines['unigram']:.3f}"
-        )
+        right = f" (next character right {test.accuracy:.1%})"
+        log(beside_baselines("test", test.loss, data.baselines, right))
+        note = learning_note(test.loss, data.baselines)
+        if note:
+            log(note)
         for prompt in ("The film", "I watched this movie"):
             log(f"  {prompt + writer.sample(params, prompt)!r}")
     compiled = devices.compile_counter()
@@ -164,6 +171,33 @@ def train_language_model(
             dict(preset=name, architecture=preset.architecture, impl=run_metrics["impl"]),
         )
     return run
+
+
+def beside_baselines(split: str, bits: float, baselines: dict[str, float], detail: str = "") -> str:
+    """The line that puts a run's bits per character on ``split`` beside the baselines'."""
+    return (
+        f"{split} bits per character: {bits:.3f}{detail}; baselines on the same text: bigram "
+        f"{baselines['bigram']:.3f}, unigram {baselines['unigram']:.3f}"
+    )
+
+
+def learning_note(bits: float, baselines: dict[str, float]) -> str | None:
+    """What a run that does not beat the bigram model learned, in a line (None if it does):
+    at or above the unigram model's bits it learned nothing, not even letter frequencies."""
+    unigram, bigram = baselines["unigram"], baselines["bigram"]
+    if bits >= unigram:
+        return (
+            f"note: this run learned nothing: {bits:.3f} bits per character is no better than "
+            f"the unigram model's {unigram:.3f} (how often each character occurs), so its text "
+            "is letters in their usual proportions; train longer (--epochs) or on more text"
+        )
+    if bits >= bigram:
+        return (
+            f"note: this run has not yet learned which character follows which: the bigram "
+            f"model's counts ({bigram:.3f} bits per character) still beat its {bits:.3f}; train "
+            "longer (--epochs) or on more text"
+        )
+    return None
 
 
 def save_run(out: Path, run: LanguageModelRun, no_test: bool) -> None:
@@ -210,8 +244,8 @@ def load_checkpoint(path: Path) -> LanguageModelCheckpoint:
             else f"there is no checkpoint at {path}"
         )
         raise CheckpointError(
-            f"{what}: train one with `m2l-nlp train --preset char-lm` (`--data small` takes "
-            "a minute) or pass the folder it wrote (runs/char-lm/checkpoint)"
+            f"{what}: train one with `m2l-nlp train --preset char-lm` (`--data small`: under a "
+            "minute of CPU time) or pass the folder it wrote (runs/char-lm/checkpoint)"
         )
     try:
         config = LanguageModelConfig(**json.loads((path / CONFIG_FILE).read_text()))
