@@ -607,19 +607,40 @@ def classifier_forward(
 # %% [markdown]
 # The trained model on new sentences (the number is the predicted probability that the
 # review is positive), and the attention maps of the same review as before: after training
-# some heads concentrate on a few tokens. On the small bundled data (`FULL_IMDB = False`)
-# the model has read 950 reviews, and its tokenizer knows a few hundred pieces (it spells
-# "was", "bad" and "at" letter by letter), so it may well call the second sentence
-# positive: that is its data, not your code. Trained on the full IMDB it reads them with
-# its whole vocabulary.
+# some heads concentrate on a few tokens. `review_probabilities` is the path of
+# `m2l-nlp predict`: the sentences are read as the model was trained to read them, with its
+# tokenizer, its pair tokens and its windows.
+#
+# On the small bundled data (`FULL_IMDB = False`) expect some of the four to come out wrong,
+# and which ones to change with the seed. The model has read 950 made-up reviews of a few
+# paragraphs each, not single sentences. Its tokenizer knows 265 pieces and spells most
+# words in letters ("was" is w, a, s). Those reviews never use "warm", "funny", "waste",
+# "no", "sense" or "wooden". Their only "and" is in "Go and see it", which ends positive
+# reviews. And in them "film." after any word but "the" ends a negative verdict ("What a
+# dull horror film."; the positive one ends with "!"). The demo's recipe was tried with
+# other settings (more epochs, shorter crops, pair tokens off or backed off, token dropout):
+# none got all four right, and the ones missed changed from one setting to the next
+# (docs/results.md). That is its data, not your code. Trained on the full IMDB the model
+# reads them with its whole vocabulary.
 
 # %% active="ipynb"
+# from m2l_nlp.runs.checkpoint import review_probabilities
+#
 # reviews = [
-#     "One of the best films I have seen: moving, funny and beautifully shot.",
-#     "A dull, tedious waste of two hours. The plot made no sense.",
+#     "One of the best films I have seen this year.",
+#     "A dull, tedious waste of two hours.",
+#     "A warm, funny and clever film.",
+#     "The plot made no sense and the acting was wooden.",
 # ]
-# new_ids, new_mask = batch_encode(data.tokenizer, reviews, seq_len=config.max_len)
-# probabilities = jax.nn.sigmoid(predict_fw(result.params, new_ids, new_mask))
+# probabilities = review_probabilities(  # the path of `m2l-nlp predict`
+#     reviews,
+#     result.params,
+#     classifier,
+#     data.tokenizer,
+#     max_len=config.max_len,
+#     bigram_table=data.bigram_table,  # the pair tokens the model was trained with
+#     window=settings.crop_len,
+# )
 # for text, p in zip(reviews, probabilities):
 #     print(f"{float(p):.2f}  {text}")
 
