@@ -250,6 +250,28 @@ MUTANTS = {
     ],
     "translation_block": [
         (
+            "LayerNorm before the sub-layers",
+            [
+                (
+                    "attended, self_weights = self.self_attention(x, x, x, visible)\n"
+                    "        x = self.norm_1(x + dropout(attended))\n"
+                    "        read, cross_weights = self.cross_attention(x, memory, memory, "
+                    "source_mask)\n"
+                    "        x = self.norm_2(x + dropout(read))\n"
+                    "        x = self.norm_3(x + dropout(self.feed_forward(x, is_train)))",
+                    "y = self.norm_1(x)\n"
+                    "        attended, self_weights = self.self_attention(y, y, y, visible)\n"
+                    "        x = x + dropout(attended)\n"
+                    "        y = self.norm_2(x)\n"
+                    "        read, cross_weights = self.cross_attention(y, memory, memory, "
+                    "source_mask)\n"
+                    "        x = x + dropout(read)\n"
+                    "        x = x + dropout(self.feed_forward(self.norm_3(x), is_train))",
+                )
+            ],
+            {"says": "Your self-attention weights are the reference's for norm_1(x)"},
+        ),
+        (
             "cross-attention reads the decoder",
             [
                 (

@@ -53,3 +53,12 @@ def expect_no_future(
             f"positions 0..{t} (by up to {moved:.3g}): a position reads the future; the causal "
             "mask must hide every key after the query"
         )
+
+
+def layer_norm(x: np.ndarray, norm: dict) -> np.ndarray:
+    """hk.LayerNorm over the last axis (its epsilon, 1e-5) with the parameters ``norm``: what
+    a block's sub-layer reads where the student normalises before it (pre-LayerNorm)."""
+    x = np.asarray(x, np.float64)
+    centred = x - x.mean(-1, keepdims=True)
+    scaled = centred / np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-5)
+    return (scaled * norm["scale"] + norm["offset"]).astype(np.float32)

@@ -26,6 +26,7 @@ from m2l_nlp.grading.practicals.practical3.common import (
     H,
     S,
     expect_no_future,
+    layer_norm,
     padded,
 )
 
@@ -185,14 +186,6 @@ _POST_NORM = (
 )
 
 
-def _layer_norm(x: np.ndarray, norm: dict) -> np.ndarray:
-    """hk.LayerNorm over the last axis (its epsilon, 1e-5) with the parameters ``norm``."""
-    x = np.asarray(x, np.float64)
-    centred = x - x.mean(-1, keepdims=True)
-    scaled = centred / np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-5)
-    return (scaled * norm["scale"] + norm["offset"]).astype(np.float32)
-
-
 def _norm_slip(ctx, build, params, x, mask, got) -> str:
     """Name a LayerNorm in the wrong place: the reference's weights for norm_1(x) (the norm
     before the sub-layers), or its output with norm_1 and norm_2 swapped; '' if neither."""
@@ -205,7 +198,7 @@ def _norm_slip(ctx, build, params, x, mask, got) -> str:
         name["norm_2"]: params[name["norm_1"]],
     }
     try:
-        pre = run_haiku(build, ctx.ref, params, _layer_norm(x, params[name["norm_1"]]), mask)
+        pre = run_haiku(build, ctx.ref, params, layer_norm(x, params[name["norm_1"]]), mask)
         swap = run_haiku(build, ctx.ref, swapped, x, mask)
     except Exception:  # noqa: BLE001 - answers recorded before these questions were asked
         return ""
