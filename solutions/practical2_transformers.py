@@ -572,8 +572,9 @@ def classifier_forward(
 # unscaled still learn it perfectly (the network finds a way around them), so 100 % here
 # does not replace the `check(...)` cells above, which catch those. The cell below trains
 # your `PositionalEncoding` and `TransformerEncoder` (with an embedding before them and a
-# linear layer per position after) with the course's training loop, in seconds on a CPU,
-# then shows the attention map of one sequence.
+# linear layer per position after) with the course's training loop (16 s of CPU time when
+# we measured it, a minute of waiting on a busy 2-core machine), then shows the attention
+# map of one sequence.
 
 # %% active="ipynb"
 # import sys
@@ -612,7 +613,7 @@ def classifier_forward(
 #
 # By default this uses the small set of reviews bundled with the repository (1,000 for
 # training and 500 for testing, short made-up reviews meant for quick runs): it trains in
-# seconds on a CPU. For the real IMDB (25,000 + 25,000 reviews, downloaded once, about 80 MB)
+# under a minute on a CPU. For the real IMDB (25,000 + 25,000 reviews, downloaded once, about 80 MB)
 # set `FULL_IMDB = True`, preferably on a GPU (in Colab: *Runtime > Change runtime type*). A
 # local copy of the archive works too: `prepare_for(preset, "path/to/aclImdb_v1.tar.gz")`,
 # or set the environment variable `M2L_NLP_IMDB` to that path.
