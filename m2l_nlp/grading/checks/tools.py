@@ -15,6 +15,7 @@ from typing import Any
 
 import haiku as hk
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 from m2l_nlp import devices
@@ -341,3 +342,105 @@ def kind_of(value: Any) -> str:
     if hasattr(value, "shape"):
         return f"one array of shape {tuple(value.shape)}"
     return type(value).__name__
+
+
+DRAW_P = 0.5  # the dropout rate of the training-mode comparisons: the most noise per site
+DRAW_KEY = 11  # their random key (the reference's answer is recorded for it)
+DRAWS = 4096  # copies of the input in one call, each with its own dropout masks
+# Above this mean squared z-score (about 1 where two outputs vary alike, and it grows with
+# DRAWS where they do not), a training output varies otherwise than the reference's.
+DRAW_SCORE = 5.0
+
+
+def over_draws(forward: Callable[..., Any], copies: int = DRAWS) -> Callable[..., Any]:
+    """``forward`` run once on ``copies`` stacked copies of its array inputs (along axis 0),
+    so that every copy gets its own dropout masks. Returns the first copy's output, and the
+    mean, variance and fourth central moment of the output over the copies (where ``forward``
+    returns a tuple, of its first element): what :func:`expect_trains_like` compares."""
+
+    def run(*args: Any) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+        tiled = [jnp.tile(a, (copies,) + (1,) * (jnp.ndim(a) - 1)) for a in args]
+        out = forward(*tiled)
+        out = jnp.asarray(out[0] if isinstance(out, tuple) else out)
+        out = out.reshape(copies, out.shape[0] // copies, *out.shape[1:])
+        mean = out.mean(0)
+        centred = out - mean
+        return out[0], mean, (centred**2).mean(0), (centred**4).mean(0)
+
+    return run
+
+
+def draw_scores(got: Sequence[np.ndarray], want: Sequence[np.ndarray], copies: int) -> np.ndarray:
+    """Per element, the mean of the squared z-scores of the difference of the means and of the
+    difference of the variances of two outputs drawn ``copies`` times each (``got`` and
+    ``want`` as :func:`over_draws` returns them): about 1 for two outputs that vary alike."""
+    _, mean, var, m4 = (np.asarray(a, np.float64) for a in got)
+    _, mean_w, var_w, m4_w = (np.asarray(a, np.float64) for a in want)
+    floor = 1e-9 * (1.0 + np.abs(mean_w)) ** 2  # elements no dropout reaches: both ~0
+    z_mean = (mean - mean_w) / np.sqrt((var + var_w) / copies + floor)
+    spread = np.maximum(m4 - var**2, 0) + np.maximum(m4_w - var_w**2, 0)
+    z_var = (var - var_w) / np.sqrt(spread / copies + floor)
+    return (z_mean**2 + z_var**2) / 2
+
+
+def expect_trains_like(
+    ctx: Any,
+    make: Callable[[int], BuildSpec],
+    *args: Any,
+    init: BuildSpec,
+    what: str,
+    hint: str = "",
+    draws: int = DRAWS,
+) -> None:
+    """The student's module in training mode gives the reference's output: exactly with the
+    same random key where both draw their dropout keys in the same order, else (keys drawn in
+    another order) the same distribution over ``draws`` independent draws of the masks.
+
+    ``make(copies)`` is a build that runs the module in training mode through
+    :func:`over_draws`; ``init`` a build with the same parameters (the evaluation-mode one: no
+    dropout to compile). The distributions are compared element by element
+    (:func:`draw_scores`); the mean score is about 1 for two outputs that vary alike and grows
+    with ``draws`` for one whose dropout is elsewhere, missing or doubled (a model of many
+    dropout sites, each a small part of the noise, needs more draws).
+    """
+    params = perturb(run_haiku(init, ctx.ref, None, *args), ctx.rng("params"))
+    key = ctx.key(DRAW_KEY)
+
+    def run(namespace: Any, copies: int) -> list[np.ndarray]:
+        out = run_haiku(make(copies), namespace, params, *args, key=key)
+        if not isinstance(out, tuple) or len(out) != 4:
+            fail(f"the training-mode statistics of {what} should be 4 arrays; got {kind_of(out)}")
+        return [expect_array(o, f"the training-mode output of {what}") for o in out]
+
+    # Recorded answers (a handout's, the trusted grader's) hold what the reference was asked,
+    # whatever the student answers: there, the reference is asked both questions at once.
+    recorded = isinstance(ctx.ref, Elsewhere)
+    want = run(ctx.ref, 1)
+    want_many = run(ctx.ref, draws) if recorded else None
+    got = run(ctx.student, 1)
+    if got[0].shape == want[0].shape and np.allclose(got[0], want[0], atol=1e-4, rtol=1e-3):
+        return  # the same masks on the same tensors: nothing left to compare
+    want = want_many if want_many is not None else run(ctx.ref, draws)
+    got = run(ctx.student, draws)
+    if got[0].shape != want[0].shape:
+        fail(
+            f"the training-mode output of {what} has shape {got[0].shape}; the reference's "
+            f"has shape {want[0].shape}"
+        )
+    score = draw_scores(got, want, draws)
+    if score.mean() <= DRAW_SCORE:
+        return
+    at = _index(int(np.argmax(score)), score.shape)
+    mean, var = got[1].astype(np.float64), got[2].astype(np.float64)
+    if var.max() <= 1e-12:
+        found = "it does not vary at all: no dropout acts in training"
+    else:
+        found = (
+            f"at index {at} its standard deviation is {np.sqrt(var[at]):.3g} (the reference's "
+            f"{np.sqrt(want[2][at]):.3g}) and its mean {mean[at]:.3g} (the reference's "
+            f"{want[1][at]:.3g})"
+        )
+    fail(
+        f"in training mode (p_dropout={DRAW_P}) the output of {what} varies otherwise than "
+        f"the reference's over {draws} draws of the dropout masks: {found}. {hint}".rstrip()
+    )

@@ -7,14 +7,17 @@ import numpy as np
 
 from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.checks.tools import (
+    DRAW_P,
     builder,
     compare_module,
     expect_array,
     expect_close,
     expect_dropout_only_in_training,
+    expect_trains_like,
     fail,
     kind_of,
     normal,
+    over_draws,
     perturb,
     run_haiku,
 )
@@ -96,6 +99,30 @@ def check_ffn_dropout(ctx):
         _ffn,
         x,
         what="PositionwiseFeedForward",
+    )
+
+
+@builder
+def _ffn_draws(copies: int):
+    def build(ns):
+        return over_draws(
+            copies=copies,
+            forward=lambda x: ns.PositionwiseFeedForward(D, FF, DRAW_P, name="ffn")(x, True),
+        )
+
+    return build
+
+
+@ffn.check
+def check_ffn_training_matches_reference(ctx):
+    """Training output (p_dropout=0.5) is the reference's: dropout on the hidden layer only."""
+    expect_trains_like(
+        ctx,
+        _ffn_draws,
+        normal(ctx.rng(), B, S, D),
+        init=_ffn(0.1, False),
+        what="PositionwiseFeedForward",
+        hint="Dropout goes on the hidden layer (after the ReLU), once, and nowhere else.",
     )
 
 
@@ -207,6 +234,39 @@ def check_block_permutation_equivariance(ctx):
     )
 
 
+@builder
+def _block_draws(copies: int):
+    def build(ns):
+        return over_draws(
+            copies=copies,
+            forward=lambda x, mask: ns.EncoderBlock(D, H, FF, DRAW_P, name="block")(x, mask, True),
+        )
+
+    return build
+
+
+SUBLAYER_DROPOUT = (
+    "Dropout goes on each sub-layer's output (the attention's, the feed-forward's), once, "
+    "before the residual is added; the feed-forward gets is_train."
+)
+
+
+@block.check
+def check_block_training_matches_reference(ctx):
+    """Training output (p_dropout=0.5) is the reference's: dropout on each sub-layer's output."""
+    rng = ctx.rng()
+    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
+    expect_trains_like(
+        ctx,
+        _block_draws,
+        x,
+        pad,
+        init=_block(0.1, False),
+        what="EncoderBlock",
+        hint=SUBLAYER_DROPOUT,
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # 6. transformer_encoder
 
@@ -284,4 +344,33 @@ def check_encoder_dropout(ctx):
         x,
         pad,
         what="TransformerEncoder",
+    )
+
+
+@builder
+def _encoder_draws(copies: int):
+    def build(ns):
+        return over_draws(
+            copies=copies,
+            forward=lambda x, mask: ns.TransformerEncoder(LAYERS, H, D, FF, DRAW_P, name="encoder")(
+                x, mask, is_train=True
+            ),
+        )
+
+    return build
+
+
+@encoder.check
+def check_encoder_training_matches_reference(ctx):
+    """Training output (p_dropout=0.5) of 3 blocks is the reference's."""
+    rng = ctx.rng()
+    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
+    expect_trains_like(
+        ctx,
+        _encoder_draws,
+        x,
+        pad,
+        init=_encoder(0.1, False),
+        what="TransformerEncoder",
+        hint="Every block gets is_train; the stack adds no dropout of its own.",
     )

@@ -8,13 +8,16 @@ import numpy as np
 from m2l_nlp.config import ClassifierConfig
 from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.checks.tools import (
+    DRAW_P,
     builder,
     expect_array,
     expect_close,
     expect_dropout_only_in_training,
+    expect_trains_like,
     fail,
     jitted,
     normal,
+    over_draws,
     perturb,
     run_haiku,
 )
@@ -170,4 +173,35 @@ def check_classifier_dropout(ctx):
         ids,
         mask,
         what="TransformerClassifier",
+    )
+
+
+@builder
+def _clf_draws(copies: int):
+    config = _clf_config("mean", DRAW_P)
+
+    def build(ns):
+        return over_draws(
+            copies=copies,
+            forward=lambda ids, mask: ns.TransformerClassifier(config, name="classifier")(
+                ids, mask, True
+            ),
+        )
+
+    return build
+
+
+@clf.check
+def check_classifier_training_matches_reference(ctx):
+    """Training logits (p_dropout=0.5) of 4 reviews are the reference's."""
+    ids, mask = _ids_mask(ctx.rng(), 4)
+    expect_trains_like(
+        ctx,
+        _clf_draws,
+        ids,
+        mask,
+        init=_clf("mean", 0.1, False),
+        what="TransformerClassifier",
+        hint="The positional encoding and the encoder get is_train, and they hold all the "
+        "dropout: none on the embedding, the pooled vector or the logits.",
     )

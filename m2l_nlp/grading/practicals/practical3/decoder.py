@@ -7,14 +7,17 @@ import numpy as np
 
 from m2l_nlp.grading.checks.registry import CheckFailure, exercise
 from m2l_nlp.grading.checks.tools import (
+    DRAW_P,
     builder,
     compare_module,
     expect_array,
     expect_close,
     expect_dropout_only_in_training,
+    expect_trains_like,
     fail,
     jitted,
     normal,
+    over_draws,
     perturb,
     run_haiku,
 )
@@ -268,6 +271,34 @@ def check_block_dropout(ctx):
     expect_dropout_only_in_training(ctx, _block, x, mask, what="DecoderBlock")
 
 
+@builder
+def _block_draws(copies: int):
+    def build(ns):
+        return over_draws(
+            copies=copies,
+            forward=lambda x, mask: ns.DecoderBlock(D, H, FF, DRAW_P, name="block")(x, mask, True),
+        )
+
+    return build
+
+
+@block.check
+def check_block_training_matches_reference(ctx):
+    """Training output (p_dropout=0.5) is the reference's: dropout on each sub-layer's output."""
+    rng = ctx.rng()
+    x, mask = normal(rng, B, S, D), padded(rng)
+    expect_trains_like(
+        ctx,
+        _block_draws,
+        x,
+        mask,
+        init=_block(0.1, False),
+        what="DecoderBlock",
+        hint="Dropout goes on each sub-layer's output (the attention's, the feed-forward's), "
+        "once, before the residual is added; the feed-forward gets is_train.",
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # 3. transformer_decoder
 
@@ -338,4 +369,33 @@ def check_decoder_reads_no_future(ctx):
         x,
         rng,
         "TransformerDecoder",
+    )
+
+
+@builder
+def _decoder_draws(copies: int):
+    def build(ns):
+        return over_draws(
+            copies=copies,
+            forward=lambda x, mask: ns.TransformerDecoder(3, H, D, FF, DRAW_P, name="decoder")(
+                x, mask, True
+            ),
+        )
+
+    return build
+
+
+@stack.check
+def check_decoder_training_matches_reference(ctx):
+    """Training output (p_dropout=0.5) of 3 blocks is the reference's."""
+    rng = ctx.rng()
+    x, mask = normal(rng, B, S, D), padded(rng)
+    expect_trains_like(
+        ctx,
+        _decoder_draws,
+        x,
+        mask,
+        init=_decoder(3, False),
+        what="TransformerDecoder",
+        hint="Every block gets is_train; the stack adds no dropout of its own.",
     )

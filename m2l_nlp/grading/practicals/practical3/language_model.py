@@ -3,18 +3,24 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from m2l_nlp.config import LanguageModelConfig
 from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.checks.tools import (
+    DRAW_P,
+    DRAWS,
     builder,
     compare_module,
     expect_array,
     expect_close,
+    expect_trains_like,
     fail,
     jitted,
     normal,
+    over_draws,
     perturb,
     run_haiku,
 )
@@ -103,6 +109,36 @@ def check_language_model_ignores_padding(ctx):
         "the logits at real characters with 3 more padding positions",
         versus="the same text padded less",
         hint="Padding must not change what the real characters read: pass the mask on.",
+    )
+
+
+@builder
+def _lm_draws(copies: int):
+    config = dataclasses.replace(CONFIG, p_dropout=DRAW_P)
+
+    def build(ns):
+        return over_draws(
+            copies=copies,
+            forward=lambda ids, mask: ns.CharLanguageModel(config, name="char_lm")(ids, mask, True),
+        )
+
+    return build
+
+
+@lm.check
+def check_language_model_training_matches_reference(ctx):
+    """Training logits (p_dropout=0.5) are the reference's."""
+    ids, mask = char_batch(ctx.rng())
+    expect_trains_like(
+        ctx,
+        _lm_draws,
+        ids,
+        mask,
+        init=_lm(),
+        draws=8 * DRAWS,  # many dropout sites: one is a small part of the noise
+        what="CharLanguageModel",
+        hint="The positional encoding and the decoder get is_train, and they hold all the "
+        "dropout: none on the embedding or the logits.",
     )
 
 
@@ -295,6 +331,31 @@ def check_sample_keeps_the_top_k(ctx):
             f"with top_k=2 ids 0 and 1 should be drawn {want[0]:.3f} and {want[1]:.3f} of the "
             f"time; yours: {freq[0]:.3f} and {freq[1]:.3f} (keep the k-th largest logit itself)"
         )
+
+
+@sample.check
+def check_sample_temperature_with_top_k(ctx):
+    """With top_k=3 and temperature 0.5 together, the draws follow softmax(top 3 logits / 0.5)."""
+    freq = _draws(ctx, LOGITS, 0.5, 3, 4)
+    if freq[3:].sum() > 0:
+        fail(
+            f"with top_k=3 and temperature 0.5, ids outside the 3 largest logits were drawn "
+            f"({freq[3:].sum():.1%} of the draws): the top k must hold with a temperature too"
+        )
+    want = _softmax(LOGITS[:3] / 0.5)
+    if np.abs(freq[:3] - want).max() <= 0.03:
+        return
+    if np.abs(freq[:3] - _softmax(LOGITS[:3])).max() <= 0.03:
+        fail(
+            f"with top_k=3 and temperature 0.5 your draws follow softmax of the 3 largest "
+            f"logits at temperature 1 (id 0: {freq[0]:.3f}, should be about {want[0]:.3f}): "
+            "the temperature is lost when top_k is set; keep dividing the logits by it"
+        )
+    at = int(np.argmax(np.abs(freq[:3] - want)))
+    fail(
+        f"with top_k=3 and temperature 0.5 id {at} was drawn with frequency {freq[at]:.3f}; "
+        f"softmax(top 3 logits / 0.5) gives it {want[at]:.3f}"
+    )
 
 
 @sample.check

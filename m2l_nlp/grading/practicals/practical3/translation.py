@@ -3,21 +3,27 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 
 from m2l_nlp.config import TranslationConfig
 from m2l_nlp.grading.checks.registry import CheckFailure, exercise
 from m2l_nlp.grading.checks.tools import (
+    DRAW_P,
+    DRAWS,
     builder,
     compare_module,
     expect_array,
     expect_close,
     expect_dropout_only_in_training,
     expect_rows_sum_to_one,
+    expect_trains_like,
     fail,
     jitted,
     normal,
+    over_draws,
     perturb,
     run_haiku,
 )
@@ -230,6 +236,33 @@ def check_translation_block_dropout(ctx):
     expect_dropout_only_in_training(ctx, _block, *_block_inputs(ctx.rng()), what="TranslationBlock")
 
 
+@builder
+def _block_draws(copies: int):
+    def build(ns):
+        def forward(x, target_mask, memory, source_mask):
+            module = ns.TranslationBlock(D, H, FF, DRAW_P, name="block")
+            return module(x, target_mask, memory, source_mask, True)
+
+        return over_draws(forward, copies)
+
+    return build
+
+
+@block.check
+def check_translation_block_training_matches_reference(ctx):
+    """Training output (p_dropout=0.5) is the reference's: dropout on each sub-layer's output."""
+    expect_trains_like(
+        ctx,
+        _block_draws,
+        *_block_inputs(ctx.rng()),
+        init=_block(0.1, False),
+        what="TranslationBlock",
+        hint="Dropout goes on each sub-layer's output (the self-attention's, the "
+        "cross-attention's, the feed-forward's), once, before the residual is added; the "
+        "feed-forward gets is_train.",
+    )
+
+
 # --------------------------------------------------------------------------------------------
 # 11. transformer
 
@@ -369,6 +402,35 @@ def check_transformer_reads_no_future_and_no_padding(ctx):
         versus="the same source padded less",
         hint="The source's padding must not change the translation: pass source_mask to the "
         "encoder and to every block's cross-attention.",
+    )
+
+
+@builder
+def _transformer_draws(copies: int):
+    config = dataclasses.replace(CONFIG, p_dropout=DRAW_P)
+
+    def build(ns):
+        def forward(source, source_mask, target, target_mask):
+            module = ns.Transformer(config, name="transformer")
+            return module(source, source_mask, target, target_mask, True)
+
+        return over_draws(forward, copies)
+
+    return build
+
+
+@model.check
+def check_transformer_training_matches_reference(ctx):
+    """Training logits (p_dropout=0.5) are the reference's."""
+    expect_trains_like(
+        ctx,
+        _transformer_draws,
+        *_pair(ctx.rng()),
+        init=_transformer("whole"),
+        draws=8 * DRAWS,  # many dropout sites: one is a small part of the noise
+        what="Transformer",
+        hint="encode and decode get is_train and hand it on (the positional encoding, the "
+        "encoder, every block); the dropout is theirs: none on the embedding or the logits.",
     )
 
 
