@@ -102,7 +102,7 @@ EPOCHS ?=
 train: $(STAMP)
 	$(BIN)/m2l-nlp train --overwrite $(if $(IMDB),--data $(IMDB)) $(if $(EPOCHS),--epochs $(EPOCHS))
 
-# The same job on the small bundled dataset with a tiny model (seconds; offline).
+# The same job on the small bundled dataset with a tiny model (half a minute of CPU time; offline).
 demo: $(STAMP)
 	$(BIN)/m2l-nlp train --data small --out runs/demo --overwrite
 

@@ -406,8 +406,8 @@ PRESETS: dict[str, Preset] = {
         val_size=2500,
     ),
     "demo": Preset(
-        "a tiny model for the bundled small dataset (`--data small`; under a minute), with pair "
-        "tokens",
+        "a tiny model for the bundled small dataset (`--data small`; half a minute of "
+        "CPU time), with pair tokens",
         vocab_size=2000,
         seq_len=256,
         model=dict(

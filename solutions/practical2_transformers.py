@@ -613,10 +613,10 @@ def classifier_forward(
 #
 # By default this uses the small set of reviews bundled with the repository (1,000 for
 # training and 500 for testing, short made-up reviews meant for quick runs): it trains in
-# under a minute on a CPU. For the real IMDB (25,000 + 25,000 reviews, downloaded once, about 80 MB)
-# set `FULL_IMDB = True`, preferably on a GPU (in Colab: *Runtime > Change runtime type*). A
-# local copy of the archive works too: `prepare_for(preset, "path/to/aclImdb_v1.tar.gz")`,
-# or set the environment variable `M2L_NLP_IMDB` to that path.
+# about half a minute of CPU time. For the real IMDB (25,000 + 25,000 reviews, downloaded
+# once, about 80 MB) set `FULL_IMDB = True`, preferably on a GPU (in Colab: *Runtime >
+# Change runtime type*). A local copy of the archive works too: `prepare_for(preset,
+# "path/to/aclImdb_v1.tar.gz")`, or set the environment variable `M2L_NLP_IMDB` to that path.
 
 # %% active="ipynb"
 # from m2l_nlp.config import PRESETS

@@ -213,7 +213,8 @@ def load_checkpoint(
         raise CheckpointError(
             f"{what}: only the transformer's runs that end with the test set write one (not "
             "--model baselines, not --no-test runs); train one with `m2l-nlp train` (`--data "
-            "small`: under a minute) or pass the folder it wrote (runs/<name>/checkpoint)"
+            "small`: half a minute of CPU time) or pass the folder it wrote "
+            "(runs/<name>/checkpoint)"
         )
     with _reading(path / CONFIG_FILE):
         config = ClassifierConfig.from_dict(json.loads((path / CONFIG_FILE).read_text()))
