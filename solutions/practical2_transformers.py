@@ -704,9 +704,9 @@ def classifier_forward(
 # reviews. And in them "film." after any word but "the" ends a negative verdict ("What a
 # dull horror film."; the positive one ends with "!"). The demo's recipe was tried with
 # other settings (more epochs, shorter crops, pair tokens off or backed off, token dropout):
-# none got all four right, and the ones missed changed from one setting to the next
-# (docs/results.md). That is its data, not your code. Trained on the full IMDB the model
-# reads them with its whole vocabulary.
+# none got all four right, and the ones missed changed from one setting to the next. That
+# is its data, not your code. Trained on the full IMDB the model reads them with its whole
+# vocabulary.
 
 # %% active="ipynb"
 # from m2l_nlp.runs.checkpoint import review_probabilities
