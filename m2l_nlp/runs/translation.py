@@ -451,7 +451,8 @@ def load_checkpoint(path: Path) -> TranslatorCheckpoint:
             what = f"there is no checkpoint at {path}"
         raise CheckpointError(
             f"{what}: train a translator with `m2l-nlp train --preset translate` (`--data "
-            "small` takes a minute) or pass the folder it wrote (runs/translate/checkpoint)"
+            "small`: 5 minutes of CPU time) or pass the folder it wrote "
+            "(runs/translate/checkpoint)"
         )
     try:
         config = TranslationConfig(**json.loads((path / CONFIG_FILE).read_text()))
