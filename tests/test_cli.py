@@ -468,7 +468,9 @@ def test_an_error_in_the_students_code_while_training_names_file_line_and_hint(t
     assert run.returncode == 2, run.stderr[-3000:]
     assert "Traceback" not in run.stderr and run.stderr.count("\n") == 1, run.stderr
     assert "practical2_transformers.py, line" in run.stderr
-    assert "every sub-module with dropout must be given is_train" in run.stderr
+    # The line named is the call that dropped the flag, not the dropout inside the sub-module.
+    assert "x = self.encoder(x, mask)" in run.stderr, run.stderr
+    assert "this line calls a sub-module without is_train" in run.stderr
 
 
 def test_a_run_says_first_whose_modules_it_trains(tmp_path, capsys, monkeypatch):
