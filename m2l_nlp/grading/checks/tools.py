@@ -383,6 +383,11 @@ def draw_scores(got: Sequence[np.ndarray], want: Sequence[np.ndarray], copies: i
     return (z_mean**2 + z_var**2) / 2
 
 
+def _first(out: Any) -> np.ndarray:
+    """A module's main output: the first of a tuple (an output and its attention maps)."""
+    return np.asarray(out[0] if isinstance(out, tuple) else out)
+
+
 def expect_trains_like(
     ctx: Any,
     make: Callable[[int], BuildSpec],
@@ -417,9 +422,20 @@ def expect_trains_like(
     recorded = isinstance(ctx.ref, Elsewhere)
     want = run(ctx.ref, 1)
     want_many = run(ctx.ref, draws) if recorded else None
+    evaluated = _first(run_haiku(init, ctx.ref, params, *args))
     got = run(ctx.student, 1)
     if got[0].shape == want[0].shape and np.allclose(got[0], want[0], atol=1e-4, rtol=1e-3):
         return  # the same masks on the same tensors: nothing left to compare
+    # Training mode is compared once evaluation mode matches: a module already wrong without
+    # dropout is told so, without the many draws (seconds for a whole model) saying it again.
+    mine = _first(run_haiku(init, ctx.student, params, *args))
+    mine = expect_array(mine, f"the evaluation-mode output of {what}")
+    if mine.shape != evaluated.shape or not np.allclose(mine, evaluated, atol=1e-3, rtol=1e-2):
+        fail(
+            f"the evaluation-mode output of {what} already differs from the reference's (the "
+            "checks above say where): this check compares training mode once evaluation mode "
+            "matches"
+        )
     want = want_many if want_many is not None else run(ctx.ref, draws)
     got = run(ctx.student, draws)
     if got[0].shape != want[0].shape:
