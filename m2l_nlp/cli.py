@@ -577,6 +577,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (DataError, CheckpointError, RunFolderError, InputError, ModelOutputError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except FileNotFoundError as error:
+        if error.filename is not None:  # the system's: a path given or made that is not there
+            print(
+                f"error: {error.strerror or error} ({error.filename}): check the path",
+                file=sys.stderr,
+            )
+        else:  # ours, worded (a practical's file, a tokenizer): it says what to do
+            print(f"error: {error}", file=sys.stderr)
+        return 2
     except OSError as error:  # a full disk, a folder we may not write in, ...
         where = f" ({error.filename})" if error.filename else ""
         print(

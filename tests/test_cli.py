@@ -594,3 +594,16 @@ def test_predict_notes_a_review_longer_than_the_model_reads():
         "review 4 ('good good good good good go...') is longer than the model reads: only its "
         "first 8 tokens, 8 of its 1000000 words, are scored",
     ]
+
+
+def test_a_missing_exercise_file_is_named_not_blamed_on_the_disk(tmp_path, capsys, monkeypatch):
+    """A practical's file that is not there was once told "free some space or fix the
+    permissions": now the message that names the file and the folder to run from."""
+    (tmp_path / "exercises").mkdir()
+    monkeypatch.setenv("M2L_ROOT", str(tmp_path))
+    out = str(tmp_path / "run")
+    code = cli.main(["train", "--data", "small", "--impl", "exercises", "--out", out])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "practical2_transformers.py does not exist" in err
+    assert "free some space" not in err
