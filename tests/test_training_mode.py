@@ -108,3 +108,22 @@ def test_a_temperature_lost_under_top_k_is_caught(tmp_path):
     assert status == "failed"
     assert "the temperature is lost when top_k is set" in message
     assert {status for status, _ in results.values()} == {"passed"}
+
+
+@pytest.mark.slow
+def test_a_keep_probability_given_as_the_rate_is_caught(tmp_path):
+    """At p=0.5 the rate and the keep probability are one number: the dropout check also
+    compares a low rate where the student's masks are the reference's."""
+    module = _mutant(
+        tmp_path,
+        "practical2_transformers",
+        [(
+            "            hidden = hk.dropout(hk.next_rng_key(), self.p_dropout, hidden)\n",
+            "            hidden = hk.dropout(hk.next_rng_key(), 1 - self.p_dropout, hidden)\n",
+        )],
+    )
+    ex = load_exercises()["positionwise_feed_forward"]
+    graded = _grade(module, ex.name, reference(ex.practical))
+    results = dict(zip((c.name for c in ex.checks), graded, strict=True))
+    status, message = results["ffn_dropout"]
+    assert status == "failed" and "not the probability of keeping" in message, results

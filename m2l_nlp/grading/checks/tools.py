@@ -303,6 +303,24 @@ def expect_dropout_only_in_training(
             f"with p_dropout=0.5 and is_train=True the output of {what} equals the evaluation "
             "output: dropout should be active while training (hk.dropout with hk.next_rng_key())"
         )
+    # At p=0.5 a rate and a keep probability are the same number. Where the student's masks
+    # are the reference's (the same key, drawn in the same order), they must stay so at a low
+    # rate; keys drawn in another order match at neither, and the statistics judge them.
+    def reference(p: float, key: jax.Array) -> np.ndarray:
+        out = run_haiku(make(p, True), ctx.ref, params, *args, key=key)
+        return np.asarray(out[0] if isinstance(out, tuple) else out)
+
+    want_half, want_low = reference(0.5, ctx.key(1)), reference(0.1, ctx.key(3))
+    if train.shape == want_half.shape and np.allclose(train, want_half, atol=1e-4, rtol=1e-3):
+        low = expect_array(
+            output(0.1, True, params, ctx.key(3)), f"the output of {what} in training mode"
+        )
+        if low.shape != want_low.shape or not np.allclose(low, want_low, atol=1e-4, rtol=1e-3):
+            fail(
+                f"with the reference's random key the training-mode output of {what} is the "
+                "reference's at p_dropout=0.5 but not at p_dropout=0.1: hk.dropout(key, rate, "
+                "x) takes the rate of dropping (p_dropout), not the probability of keeping"
+            )
     expect_close(
         output(0.0, True, params, ctx.key(2)),
         output(0.0, False, params),
