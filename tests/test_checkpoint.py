@@ -329,17 +329,16 @@ SHOWCASE = [
 
 
 def _showcase_cell() -> str:
-    """The code of practical 2's notebook cell that scores new sentences."""
-    import jupytext
+    """The code of practical 2's solved notebook cell that scores new sentences (read as JSON:
+    the Colab lanes have no jupytext; the notebook is generated from solutions/, drift-checked)."""
+    import json
 
     from m2l_nlp.impl import repo_root
 
-    source = jupytext.read(repo_root() / "solutions" / "practical2_transformers.py")
-    cells = [
-        c.source
-        for c in source.cells
-        if c.metadata.get("active") == "ipynb" and "reviews = [" in c.source
-    ]
+    path = repo_root() / "notebooks" / "practical2_transformers_solved.ipynb"
+    notebook = json.loads(path.read_text(encoding="utf-8"))
+    sources = ["".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "code"]
+    cells = [source for source in sources if "reviews = [" in source]
     assert len(cells) == 1, "practical 2's notebook should have one showcase cell"
     return cells[0]
 
