@@ -307,8 +307,7 @@ def expect_dropout_only_in_training(
     # are the reference's (the same key, drawn in the same order), they must stay so at a low
     # rate; keys drawn in another order match at neither, and the statistics judge them.
     def reference(p: float, key: jax.Array) -> np.ndarray:
-        out = run_haiku(make(p, True), ctx.ref, params, *args, key=key)
-        return np.asarray(out[0] if isinstance(out, tuple) else out)
+        return _first(run_haiku(make(p, True), ctx.ref, params, *args, key=key))
 
     want_half, want_low = reference(0.5, ctx.key(1)), reference(0.1, ctx.key(3))
     if train.shape == want_half.shape and np.allclose(train, want_half, atol=1e-4, rtol=1e-3):
