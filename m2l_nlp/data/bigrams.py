@@ -10,7 +10,7 @@ unchanged: the pairs are tokens like any other, with their own embedding rows af
 tokenizer's vocabulary.
 
 A preset's ``bigram_backoff`` also gives each pair its first token's vector
-(:func:`m2l_nlp.model.pair_tie`).
+(:func:`m2l_nlp.model.classifiers.pair_tie`).
 
 Ids: ``0 .. base - 1`` are the tokenizer's; ``base + k`` is pair ``k`` of the table. The
 table is ``(K, 2)`` int32, sorted, and saved with the tokenizer.

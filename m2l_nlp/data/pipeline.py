@@ -21,6 +21,7 @@ import tokenizers
 
 from m2l_nlp.config import Preset
 from m2l_nlp.data import bigrams, imdb_archive, tokenization
+from m2l_nlp.data.masks import padding_mask
 from m2l_nlp.data.splits import shuffle_order
 from m2l_nlp.fileio import atomic_file, json_text, make_ordinary
 
@@ -324,7 +325,7 @@ def _load_prepared(folder: Path) -> PreparedData:
             ids = z[f"{split}_ids"].astype(np.int32)
             lengths = z[f"{split}_lengths"]
             fields[f"{split}_ids"] = ids
-            fields[f"{split}_mask"] = (np.arange(ids.shape[1]) < lengths[:, None]).astype(np.int32)
+            fields[f"{split}_mask"] = padding_mask(lengths, ids.shape[1])
             fields[f"{split}_labels"] = z[f"{split}_labels"].astype(np.int32)
     fields["bigram_table"] = bigrams.load_table(folder)
     return PreparedData(**fields, tokenizer=tok, from_cache=True, cache_path=folder)

@@ -23,6 +23,7 @@ import numpy as np
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
 from m2l_nlp.config import MIN_VOCAB_SIZE
+from m2l_nlp.data.masks import padding_mask
 from m2l_nlp.fileio import write_text_atomic
 
 PAD_ID = 0
@@ -213,7 +214,7 @@ def batch_encode(
             rows = [e.ids for e in encode([texts[i] for i in part])]
             ids[part], part_mask = _pad_rows(rows, seq_len)
             lengths[part] = part_mask.sum(axis=1)
-    mask = (np.arange(seq_len) < lengths[:, None]).astype(np.int32)
+    mask = padding_mask(lengths, seq_len)
     return ids, mask
 
 
@@ -390,7 +391,7 @@ def _pad_rows(rows: list[list[int]], seq_len: int) -> tuple[np.ndarray, np.ndarr
     flat = np.fromiter(
         itertools.chain.from_iterable(rows), dtype=np.int32, count=int(lengths.sum())
     )
-    mask = (np.arange(seq_len) < lengths[:, None]).astype(np.int32)
+    mask = padding_mask(lengths, seq_len)
     ids = np.full((len(rows), seq_len), PAD_ID, dtype=np.int32)
     ids[mask.astype(bool)] = flat
     return ids, mask

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from m2l_nlp.data.masks import padding_mask
+
 PRACTICAL = "practical1_baselines"
 
 
@@ -14,5 +16,4 @@ def _random_batch(rng: np.random.Generator, batch: int, length: int, vocab: int)
     lengths[0] = length
     if batch > 1:
         lengths[1] = max(1, length // 2)
-    mask = (np.arange(length)[None, :] < lengths[:, None]).astype(np.int32)
-    return ids, mask
+    return ids, padding_mask(lengths, length)

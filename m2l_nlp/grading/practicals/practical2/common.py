@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from m2l_nlp.data.masks import padding_mask
+
 PRACTICAL = "practical2_transformers"
 
 B, S, D, H, FF = 2, 5, 12, 3, 20  # d_head = 4 != H, so a head split in the wrong order shows
@@ -19,7 +21,7 @@ def _mask(rng: np.random.Generator, batch: int, length: int, min_valid: int = 1)
     lengths[0] = length  # one full row
     if batch > 1:
         lengths[-1] = max(min_valid, length - 2)  # one padded row
-    return (np.arange(length)[None, :] < lengths[:, None]).astype(np.int32)
+    return padding_mask(lengths, length)
 
 
 def _ids_mask(rng, batch=B, length=S):
