@@ -1,7 +1,8 @@
-"""Command line ``m2l-nlp train | predict | grade``: argument parsing and printing only.
+"""Command line ``m2l-nlp train | predict | generate | translate | grade``: argument parsing
+and printing only.
 
-The work is done by :func:`m2l_nlp.runs.experiment.train_and_evaluate` (training), by
-:func:`m2l_nlp.runs.checkpoint.predict` (predictions) and by the grader (:mod:`m2l_nlp.grading`).
+The work is done by :mod:`m2l_nlp.runs` (training, and reading a checkpoint to predict,
+generate or translate) and by the grader (:mod:`m2l_nlp.grading`).
 """
 
 from __future__ import annotations
@@ -146,31 +147,14 @@ def _parser() -> argparse.ArgumentParser:
         description="Print, for each review, the probability that it is positive.",
     )
     predict.add_argument("texts", nargs="*", help="one or more reviews (quote each)")
-    predict.add_argument(
-        "--file",
-        action="append",
-        default=[],
-        metavar="PATH",
-        help="a file holding one review, UTF-8 ('-' reads standard input; repeatable)",
+    _add_input_options(
+        predict,
+        file_help="a file holding one review, UTF-8 ('-' reads standard input; repeatable)",
+        max_mb_help="the largest review to read, in MB, from arguments, files and standard "
+        f"input alike (default: {MAX_MB}; a review above it is refused)",
     )
-    predict.add_argument(
-        "--max-mb",
-        type=_whole_number(1),
-        default=MAX_MB,
-        help=f"the largest review to read, in MB, from arguments, files and standard input "
-        f"alike (default: {MAX_MB}; a review above it is refused)",
-    )
-    predict.add_argument(
-        "--checkpoint",
-        default=None,
-        help=f"a checkpoint folder written by `m2l-nlp train` (default: {DEFAULT_CHECKPOINT}, "
-        "the run of `make train`)",
-    )
-    predict.add_argument(
-        "--impl",
-        choices=available_impls(),
-        default=default_impl(),
-        help=impl_help("whose model code reads the checkpoint"),
+    _add_checkpoint_options(
+        predict, "m2l-nlp train", f"{DEFAULT_CHECKPOINT}, the run of `make train`"
     )
 
     generate = sub.add_parser(
@@ -183,12 +167,6 @@ def _parser() -> argparse.ArgumentParser:
         nargs="?",
         default=DEFAULT_PROMPT,
         help=f"the text to continue (default: {DEFAULT_PROMPT!r})",
-    )
-    generate.add_argument(
-        "--checkpoint",
-        default=None,
-        help=f"a checkpoint folder written by `m2l-nlp train --preset char-lm` (default: "
-        f"{DEFAULT_LM_CHECKPOINT})",
     )
     generate.add_argument(
         "--max-chars",
@@ -206,12 +184,7 @@ def _parser() -> argparse.ArgumentParser:
         "--top-k", type=_whole_number(1), default=None, help="draw among the K likeliest only"
     )
     generate.add_argument("--seed", type=_whole_number(0), default=0, help="the random draws")
-    generate.add_argument(
-        "--impl",
-        choices=available_impls(),
-        default=default_impl(),
-        help=impl_help("whose model code reads the checkpoint"),
-    )
+    _add_checkpoint_options(generate, "m2l-nlp train --preset char-lm", str(DEFAULT_LM_CHECKPOINT))
 
     translate = sub.add_parser(
         "translate",
@@ -220,44 +193,48 @@ def _parser() -> argparse.ArgumentParser:
     )
     translate.add_argument("sentences", nargs="*", help="English sentences to translate")
     translate.add_argument(
-        "--file",
-        action="append",
-        default=[],
-        metavar="PATH",
-        help="translate each line of this UTF-8 file too, blank lines aside ('-' reads "
-        "standard input; repeatable; default: none)",
-    )
-    translate.add_argument(
-        "--checkpoint",
-        default=None,
-        help=f"a checkpoint folder written by `m2l-nlp train --preset translate` (default: "
-        f"{DEFAULT_TRANSLATOR})",
-    )
-    translate.add_argument(
         "--beam",
         type=_whole_number(1),
         default=None,
         metavar="N",
         help="beam search with N beams, as many as memory holds (default: greedy decoding)",
     )
-    translate.add_argument(
-        "--max-mb",
-        type=_whole_number(1),
-        default=MAX_MB,
-        help=f"the largest input to read, in MB (default: {MAX_MB}; the model reads only the "
-        "first tokens of a sentence)",
+    _add_input_options(
+        translate,
+        file_help="translate each line of this UTF-8 file too, blank lines aside ('-' reads "
+        "standard input; repeatable; default: none)",
+        max_mb_help=f"the largest input to read, in MB (default: {MAX_MB}; the model reads "
+        "only the first tokens of a sentence)",
     )
-    translate.add_argument(
-        "--impl",
-        choices=available_impls(),
-        default=default_impl(),
-        help=impl_help("whose model code reads the checkpoint"),
-    )
+    _add_checkpoint_options(translate, "m2l-nlp train --preset translate", str(DEFAULT_TRANSLATOR))
 
     sub.add_parser(
         "grade", help="grade the exercises (`m2l-nlp grade --help` for its options)", add_help=False
     )
     return parser
+
+
+def _add_input_options(parser: argparse.ArgumentParser, file_help: str, max_mb_help: str) -> None:
+    """``--file`` (repeatable) and ``--max-mb``: the inputs a command reads beside its
+    arguments, and the size above which it refuses one."""
+    parser.add_argument("--file", action="append", default=[], metavar="PATH", help=file_help)
+    parser.add_argument("--max-mb", type=_whole_number(1), default=MAX_MB, help=max_mb_help)
+
+
+def _add_checkpoint_options(parser: argparse.ArgumentParser, written_by: str, default: str) -> None:
+    """``--checkpoint`` and ``--impl``: what every command that reads a checkpoint takes.
+    ``written_by`` is the command that writes such a checkpoint, ``default`` its folder."""
+    parser.add_argument(
+        "--checkpoint",
+        default=None,
+        help=f"a checkpoint folder written by `{written_by}` (default: {default})",
+    )
+    parser.add_argument(
+        "--impl",
+        choices=available_impls(),
+        default=default_impl(),
+        help=impl_help("whose model code reads the checkpoint"),
+    )
 
 
 def _positive_number(text: str) -> float:
