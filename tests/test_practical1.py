@@ -233,14 +233,15 @@ def test_baseline_forward_shapes_and_padding(model):
     import jax
 
     from m2l_nlp.config import BaselineConfig
-    from m2l_nlp.model.classifiers import baseline
+    from m2l_nlp.model.baselines import make_forward
+    from m2l_nlp.transform import funcs_from_stateful
 
     config = BaselineConfig(model=model, num_buckets=64, hidden_sizes=(8,), hidden_size=8)
     rng = np.random.default_rng(0)
     ids = rng.integers(1, 50, size=(3, 12)).astype(np.int32)
     mask = (np.arange(12)[None, :] < np.array([[12], [7], [3]])).astype(np.int32)
     ids = ids * mask
-    funcs = baseline(config, vocab_size=50)
+    funcs = funcs_from_stateful(make_forward(config, vocab_size=50))
     params = funcs.init_params(jax.random.PRNGKey(0), ids, mask, True)
     logits = funcs.predict_fw(params, ids, mask)
     assert logits.shape == (3,)

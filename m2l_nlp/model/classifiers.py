@@ -2,8 +2,8 @@
 
 - :func:`classifier`: practical 2's transformer classifier (``classifier_forward`` of the
   solutions, the student's exercises, or a notebook's own cells).
-- :func:`baseline`: a practical-1 baseline (:mod:`m2l_nlp.model.baselines` writes its forward).
-- :func:`for_preset`: whichever of the two a :class:`~m2l_nlp.config.Preset` names.
+- :func:`for_preset`: whichever model a :class:`~m2l_nlp.config.Preset` names, the classifier
+  or a practical-1 baseline (whose forward :mod:`m2l_nlp.model.baselines` writes).
 
 Each returns :class:`~m2l_nlp.transform.ModelFuncs`: ``model.apply(params, key, ids, mask,
 is_train)`` for training, ``predict_fw(params, ids, mask)`` for evaluation, and so on.
@@ -83,17 +83,6 @@ def pair_tie(backoff: np.ndarray, vocab_size: int) -> Callable[[hk.Params], hk.P
     return tie
 
 
-def baseline(
-    config: BaselineConfig,
-    vocab_size: int,
-    idf: np.ndarray | None = None,
-    impl: Impl = "solutions",
-) -> ModelFuncs:
-    """A practical-1 baseline: ``(input_ids, mask, is_train) -> logits (B,)``; ``idf`` are
-    the TF-IDF weights of a ``use_tfidf`` model (fitted on training reviews only)."""
-    return funcs_from_stateful(baselines.make_forward(config, vocab_size, idf, impl))
-
-
 def for_preset(
     preset: Preset,
     vocab_size: int,
@@ -109,7 +98,8 @@ def for_preset(
     idf = None
     if getattr(config, "use_tfidf", False):
         idf = baselines.fit_baseline_idf(config, vocab_size, train_ids, train_mask, impl)
-    return baseline(config, vocab_size, idf, impl), config, idf
+    funcs = funcs_from_stateful(baselines.make_forward(config, vocab_size, idf, impl))
+    return funcs, config, idf
 
 
 def init_for_preset(
