@@ -270,6 +270,15 @@ class BaselineConfig:
         return cls(**values)
 
 
+# each architecture's model config: what a preset's `model` settings fill in
+MODEL_CONFIGS: dict[str, type] = {
+    TRANSFORMER: ClassifierConfig,
+    **dict.fromkeys(BASELINES, BaselineConfig),
+    LANGUAGE_MODEL: LanguageModelConfig,
+    TRANSLATION: TranslationConfig,
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class Preset:
     """A full recipe: data encoding, model and its sizes, training settings, validation size."""
@@ -299,10 +308,10 @@ class Preset:
 
     def __post_init__(self) -> None:
         check_field_types(self)
-        if self.architecture not in (TRANSFORMER, LANGUAGE_MODEL, TRANSLATION, *BASELINES):
+        if self.architecture not in MODEL_CONFIGS:
             raise ValueError(
-                f"architecture must be {TRANSFORMER}, {LANGUAGE_MODEL}, {TRANSLATION} or one of "
-                f"{', '.join(BASELINES)}, not {self.architecture!r}"
+                f"architecture must be one of {', '.join(MODEL_CONFIGS)}, not "
+                f"{self.architecture!r}"
             )
         limits = {
             "vocab_size": MIN_VOCAB_SIZE,
@@ -341,13 +350,10 @@ class Preset:
     ) -> ClassifierConfig | BaselineConfig | LanguageModelConfig | TranslationConfig:
         """The model's config, for the data's vocabulary (pair tokens included)."""
         vocab = self.vocab_size if vocab_size is None else vocab_size
-        if self.architecture == TRANSFORMER:
-            return ClassifierConfig(vocab_size=vocab, max_len=self.seq_len, **self.model)
-        if self.architecture == LANGUAGE_MODEL:
-            return LanguageModelConfig(vocab_size=vocab, max_len=self.seq_len, **self.model)
-        if self.architecture == TRANSLATION:
-            return TranslationConfig(vocab_size=vocab, max_len=self.seq_len, **self.model)
-        return BaselineConfig(model=self.architecture, **self.model)
+        config = MODEL_CONFIGS[self.architecture]
+        if config is BaselineConfig:  # one config for practical 1's models, which it names
+            return BaselineConfig(model=self.architecture, **self.model)
+        return config(vocab_size=vocab, max_len=self.seq_len, **self.model)
 
     def check(self) -> None:
         """Raise ``ValueError`` (or ``TypeError``) if the model or training settings are wrong."""

@@ -8,17 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from m2l_nlp.config import (
-    LANGUAGE_MODEL,
-    TRANSFORMER,
-    TRANSLATION,
-    BaselineConfig,
-    ClassifierConfig,
-    LanguageModelConfig,
-    Preset,
-    TrainSettings,
-    TranslationConfig,
-)
+from m2l_nlp.config import MODEL_CONFIGS, Preset, TrainSettings
 
 
 def _parse_value(text: str) -> Any:
@@ -40,11 +30,7 @@ def override(settings: Any, assignments: Sequence[str]) -> Any:
     """
     groups: dict[str, set[str]] = {}
     if isinstance(settings, Preset):
-        model_cls = {
-            TRANSFORMER: ClassifierConfig,
-            LANGUAGE_MODEL: LanguageModelConfig,
-            TRANSLATION: TranslationConfig,
-        }.get(settings.architecture, BaselineConfig)
+        model_cls = MODEL_CONFIGS[settings.architecture]
         groups = {
             "model": {f.name for f in dataclasses.fields(model_cls)}
             - {"vocab_size", "max_len", "model"},

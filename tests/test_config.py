@@ -13,7 +13,7 @@ from m2l_nlp.config import (
     TrainSettings,
 )
 from m2l_nlp.overrides import override
-from m2l_nlp.runs.experiment import resolve_val_size
+from m2l_nlp.runs.classifier import resolve_val_size
 
 
 def test_presets_are_valid_configs():

@@ -1,0 +1,109 @@
+"""The kinds of model the course trains, and what each brings to the one run.
+
+A kind (the sentiment classifier, the character language model, the translator) is one
+module of :mod:`m2l_nlp.runs` with a :class:`Kind`: it checks a request, prepares its
+data, builds its model (:class:`Setup`), scores the trained model, saves its checkpoint
+and says its result. :func:`m2l_nlp.runs.experiment.train_and_evaluate` does the rest
+the same way for every kind: the run folder, resume, the loop, the metrics every run
+records. :func:`kind_of` is the only place that reads a preset's architecture to choose.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from m2l_nlp.config import BASELINES, LANGUAGE_MODEL, TRANSFORMER, TRANSLATION, Preset
+
+if TYPE_CHECKING:  # only for the annotations: experiment imports this module
+    from m2l_nlp.runs.experiment import RunResult, TrainRequest
+    from m2l_nlp.train.metrics import EvalResult, Objective
+    from m2l_nlp.transform import ModelFuncs
+
+
+class Setup(NamedTuple):
+    """A kind's model, ready for the loop (:func:`m2l_nlp.train.loop.train`)."""
+
+    funcs: ModelFuncs
+    params: Any
+    config: Any  # the model's sizes (a dataclass of m2l_nlp.config)
+    train_data: Any  # a Split (ids, mask, labels) or DeviceData
+    eval_data: Any  # the same for validation, or None
+    objective: Objective
+    fingerprint: dict[str, Any]  # what, beside the preset and seed, --resume must find again
+    metrics: dict[str, Any]  # what the run records about its data
+    settings: dict[str, Any] = {}  # the kind's changes to the preset's TrainSettings
+    tie: Callable | None = None  # the loop's tie (m2l_nlp.model.classifiers.pair_tie)
+    # each epoch, with its trained parameters: extra history values (e.g. chrF) to record
+    after_epoch: Callable[[Any], dict[str, float]] | None = None
+    writer: Any = None  # what writes with the model (a Writer, a Translator), for finish
+
+
+class Kind:
+    """What one kind of model brings to the run; each method is one step of it."""
+
+    name: str = ""  # in run.json, checkpoint manifests and messages
+    command: str = ""  # the command that reads its checkpoints, e.g. "m2l-nlp predict"
+
+    def check(self, request: TrainRequest) -> None:
+        """Raise ``ValueError`` for a request this kind cannot run, before data are read."""
+
+    def prepare(self, request: TrainRequest) -> Any:
+        """The request's data, read and encoded for this kind."""
+        raise NotImplementedError
+
+    def setup(
+        self,
+        preset: Preset,
+        data: Any,
+        *,
+        seed: int,
+        impl: Any,
+        val_size: int | None,
+        no_test: bool,
+        log: Callable[[str], None],
+    ) -> Setup:
+        """The model of ``preset`` on ``data``, its first parameters and its splits."""
+        raise NotImplementedError
+
+    def finish(
+        self,
+        setup: Setup,
+        params: Any,
+        validation: EvalResult | None,
+        data: Any,
+        *,
+        no_test: bool,
+        settings: Any,
+        mesh: Any,
+        progress: bool,
+        log: Callable[[str], None],
+    ) -> dict[str, Any]:
+        """The trained model's scores (the last validation's, the test side's unless
+        ``no_test``) as metrics to record; the test lines go to ``log``."""
+        raise NotImplementedError
+
+    def save(self, out: Path, run: RunResult, settings: Any, data: Any, no_test: bool) -> None:
+        """``metrics.json``, the curves and (test runs) the checkpoint into ``out``."""
+        raise NotImplementedError
+
+    def summary(self, run: RunResult) -> list[str]:
+        """The lines ``m2l-nlp train`` prints after the run, before its timings."""
+        return []
+
+
+# architecture -> the module whose KIND trains it (imported on first use: each pulls in
+# its own data and model code)
+_MODULES = {
+    TRANSFORMER: "m2l_nlp.runs.classifier",
+    **dict.fromkeys(BASELINES, "m2l_nlp.runs.classifier"),
+    LANGUAGE_MODEL: "m2l_nlp.runs.language_model",
+    TRANSLATION: "m2l_nlp.runs.translation",
+}
+
+
+def kind_of(preset: Preset) -> Kind:
+    """The kind that trains ``preset``'s architecture."""
+    return importlib.import_module(_MODULES[preset.architecture]).KIND
