@@ -3,7 +3,7 @@
 Every baseline is a stateful forward ``forward(input_ids, mask, is_train=True) -> logits (B,)``,
 the same signature as practical 2's ``classifier_forward``, so the one training loop
 (:func:`m2l_nlp.runs.experiment.train_and_evaluate` with the presets ``bow-mlp``, ``bigram-mlp`` and
-``lstm`` of :mod:`m2l_nlp.config`) serves all models; :func:`m2l_nlp.model.classifiers.baseline`
+``lstm`` of :mod:`m2l_nlp.config`) serves all models; :func:`m2l_nlp.model.classifiers.for_preset`
 makes it pure with ``funcs_from_stateful``. For the MLPs the features are computed *inside* the
 forward, one batch at a time: the dense bag-of-bigrams matrix of all of IMDB (25,000 x
 150,000 float32, 15 GB) never exists.
