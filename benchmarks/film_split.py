@@ -110,7 +110,6 @@ def main(argv: list[str] | None = None) -> int:
         train_split,
         settings,
         eval_data=block_split,
-        eval_name="block",
         mesh=mesh,
         progress=False,
         tie=tie,

@@ -1,9 +1,10 @@
 """The one training loop of the course, on CPU, GPU or many devices.
 
-Every task runs through :func:`train`: practical 2's transformer, practical 1's baselines and
-the reverse-sequence task. A task brings its model (:class:`~m2l_nlp.transform.ModelFuncs`,
-made by ``funcs_from_stateful``) and its :class:`~m2l_nlp.train.metrics.Objective` (loss and
-accuracy per row); the loop brings the rest. :func:`m2l_nlp.runs.experiment.train_and_evaluate`
+Every task runs through :func:`train`: practical 1's baselines, practical 2's transformer,
+practical 3's language model and translator, and the reverse-sequence task. A task brings
+its model (:class:`~m2l_nlp.transform.ModelFuncs`, made by ``funcs_from_stateful``) and its
+:class:`~m2l_nlp.train.metrics.Objective` (loss and accuracy per row or per token); the loop
+brings the rest. :func:`m2l_nlp.runs.experiment.train_and_evaluate`
 wraps it into the whole job of ``m2l-nlp train`` and of the notebooks.
 
 What a step computes is :mod:`m2l_nlp.train.step`: the gradient of the mean loss, then the
@@ -80,7 +81,6 @@ def train(
     settings: TrainSettings | None = None,
     *,
     eval_data: DeviceData | Split | None = None,
-    eval_name: str = "val",
     objective: Objective = metrics.BINARY,
     optimizer: optax.GradientTransformation | None = None,
     mesh=None,
@@ -96,28 +96,30 @@ def train(
     an interrupted run from its last completed epoch, with the same result as if it had not
     stopped (every epoch's shuffle, crops and dropout depend on the seed and the epoch only).
 
-    ``model`` comes from ``funcs_from_stateful`` (e.g. :func:`m2l_nlp.model.classifier`);
-    ``objective`` scores its output (default: one logit per review, binary labels).
+    ``model`` comes from ``funcs_from_stateful`` (e.g.
+    :func:`m2l_nlp.model.classifiers.classifier`); ``objective`` scores its output (default:
+    one logit per review, binary labels).
 
     Every epoch reshuffles the training set (seeded by ``settings.seed`` and the epoch),
     cuts reviews longer than ``settings.crop_len`` to a random window, and runs the jitted
     step over length buckets. The history holds ``loss`` and ``train_acc`` per epoch and,
-    every ``settings.eval_every`` epochs (and after the last), ``<eval_name>_loss`` and
-    ``<eval_name>_acc`` on ``eval_data`` (NaN for epochs without evaluation). With
-    ``settings.keep_best`` and ``eval_data``, the parameters returned are those of the
-    evaluated epoch with the best accuracy (ties: the lower loss, then the earlier epoch):
-    model selection on the validation split, never on the test set. With
-    ``settings.ema_decay`` the evaluated and returned parameters are the moving average of
-    the trained ones (:func:`~m2l_nlp.train.optim.update_ema`). On a CPU each batch is cut
-    into cache-sized micro-batches (``settings.micro_batch_cells``, same update). The
-    optimizer defaults to :func:`make_optimizer` over the whole run.
+    every ``settings.eval_every`` epochs (and after the last), ``val_loss`` and ``val_acc``
+    on ``eval_data`` (NaN for epochs without evaluation). With ``settings.keep_best`` and
+    ``eval_data``, the parameters returned are those of the evaluated epoch with the best
+    accuracy (ties: the lower loss, then the earlier epoch): model selection on the
+    validation split, never on the test set. With ``settings.ema_decay`` the evaluated and
+    returned parameters are the moving average of the trained ones
+    (:func:`~m2l_nlp.train.optim.update_ema`). On a CPU each batch is cut into cache-sized
+    micro-batches (``settings.micro_batch_cells``, same update). The optimizer defaults to
+    :func:`make_optimizer` over the whole run.
 
     An epoch whose mean training loss is not finite ends the run with
     :class:`DivergedError` before ``on_epoch``: the last epoch it saw stays the last one kept.
 
-    ``tie`` (e.g. :func:`m2l_nlp.model.pair_tie`) trains ``params`` as stored rows that
-    ``model`` reads as ``tie(params)``; evaluation, the parameters returned and those of
-    the best epoch are ``model``'s (tied on the host), and ``on_epoch``'s state is stored.
+    ``tie`` (e.g. :func:`m2l_nlp.model.classifiers.pair_tie`) trains ``params`` as stored
+    rows that ``model`` reads as ``tie(params)``; evaluation, the parameters returned and
+    those of the best epoch are ``model``'s (tied on the host), and ``on_epoch``'s state is
+    stored.
     """
     settings = settings or TrainSettings()
     mesh = mesh or devices.make_mesh()
@@ -127,16 +129,8 @@ def train(
     lengths = np.asarray(train_data.lengths)
     if lengths.size == 0:
         raise ValueError("the training split is empty")
-    if optimizer is None:  # its schedule spans the run: epochs times an epoch's batches
-        plan = batching.train_plan(
-            lengths,
-            settings.batch_size,
-            settings.crop_len,
-            np.random.default_rng(settings.seed),
-            settings.widths or None,
-        )
-        optimizer = make_optimizer(settings, settings.epochs * len(plan.widths))
-    evaluated = () if eval_data is None else (f"{eval_name}_loss", f"{eval_name}_acc")
+    optimizer = optimizer or _whole_run_optimizer(settings, lengths)
+    evaluated = () if eval_data is None else ("val_loss", "val_acc")
     state = _fresh_state(params, optimizer, settings.ema_decay > 0)
     state, first, history, best, result = _resume(state, params, start, evaluated)
     state = devices.put_replicated(state, mesh)
@@ -151,6 +145,18 @@ def train(
     def model_params(state: TrainState) -> hk.Params:  # tied on the host: no program
         return eval_params(state) if tie is None else tie(jax.device_get(eval_params(state)))
 
+    def validate(now: hk.Params, epoch: int) -> EvalResult:
+        return evaluate(
+            now,
+            model,
+            eval_data,
+            objective=objective,
+            settings=settings,
+            mesh=mesh,
+            desc=f"val {epoch + 1}",
+            progress=progress,
+        )
+
     now = None  # model_params of the last epoch, which is always evaluated if any is
     for epoch in range(first, settings.epochs):
         state, loss, accuracy = _epoch(
@@ -163,32 +169,19 @@ def train(
         due = (epoch + 1) % settings.eval_every == 0 or epoch + 1 == settings.epochs
         if evaluated and due:
             now = model_params(state)  # once: tying on the host copies the table
-            result = evaluate(
-                now,
-                model,
-                eval_data,
-                objective=objective,
-                settings=settings,
-                mesh=mesh,
-                desc=f"{eval_name} {epoch + 1}",
-                progress=progress,
-            )
-            line += (
-                f"  {eval_name}_{named} {result.loss:.4f}  {eval_name}_acc {result.accuracy:.4f}"
-            )
-            score = (result.accuracy, -result.loss)
-            if settings.keep_best and (best is None or score > best.score):
-                best = BestEpoch(score, epoch + 1, jax.device_get(now), result)
+            result = validate(now, epoch)
+            line += f"  val_{named} {result.loss:.4f}  val_acc {result.accuracy:.4f}"
+            best = _better(best, result, epoch, now) if settings.keep_best else None
         if evaluated:  # NaN for an epoch without evaluation
-            history[f"{eval_name}_loss"].append(result.loss if due else math.nan)
-            history[f"{eval_name}_acc"].append(result.accuracy if due else math.nan)
+            history["val_loss"].append(result.loss if due else math.nan)
+            history["val_acc"].append(result.accuracy if due else math.nan)
         if log is not None:
             log(line)
         if on_epoch is not None:
             on_epoch(_progress(epoch, state, history, best, result))
     if best is not None:  # settings.keep_best: the best evaluated epoch
         if log is not None and best.epoch != settings.epochs:
-            log(f"keeping epoch {best.epoch} (best {eval_name}_acc {best.result.accuracy:.4f})")
+            log(f"keeping epoch {best.epoch} (best val_acc {best.result.accuracy:.4f})")
         best_params = devices.put_replicated(best.params, mesh)
         return TrainResult(best_params, history, best.result, best.epoch)
     if tie is None:
@@ -196,6 +189,28 @@ def train(
     else:  # the last evaluation's copy, if there was one: tying copies the whole table
         params = devices.put_replicated(model_params(state) if now is None else now, mesh)
     return TrainResult(params, history, result, settings.epochs)
+
+
+def _whole_run_optimizer(
+    settings: TrainSettings, lengths: np.ndarray
+) -> optax.GradientTransformation:
+    """:func:`make_optimizer` with its schedule over the run: epochs times an epoch's batches."""
+    plan = batching.train_plan(
+        lengths,
+        settings.batch_size,
+        settings.crop_len,
+        np.random.default_rng(settings.seed),
+        settings.widths or None,
+    )
+    return make_optimizer(settings, settings.epochs * len(plan.widths))
+
+
+def _better(best: BestEpoch | None, result: EvalResult, epoch: int, params: hk.Params) -> BestEpoch:
+    """The epoch to keep: ``epoch`` (0-based, scored ``result``) if it beats ``best``."""
+    score = (result.accuracy, -result.loss)
+    if best is not None and score <= best.score:
+        return best
+    return BestEpoch(score, epoch + 1, jax.device_get(params), result)
 
 
 def _on_device(data: DeviceData | Split, mesh, objective: Objective) -> DeviceData:
