@@ -367,12 +367,12 @@ def _print_result(run: Any, out: Path, elapsed: float) -> None:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from m2l_nlp.runs.checkpoint import load_checkpoint, predict
+    from m2l_nlp.runs.checkpoint import CLASSIFIER, load_checkpoint, predict
     from m2l_nlp.runs.predict_input import read_reviews
 
     texts = read_reviews(args.texts, args.file, args.max_mb)
     path = Path(args.checkpoint) if args.checkpoint else DEFAULT_CHECKPOINT
-    checkpoint = load_checkpoint(path)  # CheckpointError: reported by main
+    checkpoint = load_checkpoint(path, CLASSIFIER)  # CheckpointError: reported by main
     meta = checkpoint.meta
     trained = f"preset {meta.get('preset') or '?'}, impl {meta.get('impl', '?')}"
     if "test_accuracy" in meta:
@@ -416,18 +416,18 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from m2l_nlp.data.characters import UNKNOWN
     from m2l_nlp.model.generation import WindowError
     from m2l_nlp.model.language_models import language_model
-    from m2l_nlp.runs.language_model import Writer, load_checkpoint
+    from m2l_nlp.runs.checkpoint import LANGUAGE_MODEL, load_checkpoint
+    from m2l_nlp.runs.language_model import Writer
 
     path = Path(args.checkpoint) if args.checkpoint else DEFAULT_LM_CHECKPOINT
-    checkpoint = load_checkpoint(path)  # CheckpointError: reported by main
+    checkpoint = load_checkpoint(path, LANGUAGE_MODEL)  # CheckpointError: reported by main
+    vocab = checkpoint.tokenizer  # a character model's tokenizer: its characters
     funcs, practical = language_model(checkpoint.config, args.impl)
-    writer = Writer(funcs, practical, checkpoint.config, checkpoint.vocab)
-    if args.top_k is not None and args.top_k > checkpoint.vocab.size:
-        print(
-            f"error: --top-k is at most {checkpoint.vocab.size} (the characters)", file=sys.stderr
-        )
+    writer = Writer(funcs, practical, checkpoint.config, vocab)
+    if args.top_k is not None and args.top_k > vocab.size:
+        print(f"error: --top-k is at most {vocab.size} (the characters)", file=sys.stderr)
         return 2
-    unseen = _unseen(args.prompt, checkpoint.vocab.encode(args.prompt) == UNKNOWN)
+    unseen = _unseen(args.prompt, vocab.encode(args.prompt) == UNKNOWN)
     if unseen:
         print(
             f"note: the model never saw {unseen} in training: it reads each as one unknown "
@@ -456,8 +456,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 def cmd_translate(args: argparse.Namespace) -> int:
     from m2l_nlp.model.translators import BeamTooWide, translator
+    from m2l_nlp.runs.checkpoint import TRANSLATOR, load_checkpoint
     from m2l_nlp.runs.predict_input import read_reviews
-    from m2l_nlp.runs.translation import Translator, load_checkpoint, reading_notes
+    from m2l_nlp.runs.translation import Translator, reading_notes
 
     # one reading of arguments and files together: a file alone is enough, and its own
     # errors (missing, empty, not UTF-8) are the ones reported
@@ -469,7 +470,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
         texts += [line for _, line in lines]
         names += [f"{'standard input' if file == '-' else file}, line {n}" for n, _ in lines]
     path = Path(args.checkpoint) if args.checkpoint else DEFAULT_TRANSLATOR
-    checkpoint = load_checkpoint(path)  # CheckpointError: reported by main
+    checkpoint = load_checkpoint(path, TRANSLATOR)  # CheckpointError: reported by main
     funcs, practical = translator(checkpoint.config, args.impl)
     model = Translator(funcs, practical, checkpoint.config, checkpoint.tokenizer)
     for note in reading_notes(checkpoint.tokenizer, texts, checkpoint.config.max_len, names):

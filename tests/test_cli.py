@@ -121,7 +121,7 @@ def test_train_then_predict_on_the_small_dataset(tmp_path, capsys, monkeypatch):
     assert 0.0 <= metrics["test_accuracy"] <= 1.0 and metrics["preset"] == "demo"
     assert metrics["compiled_programs"] > 0 and "XLA programs" in printed
     assert len(metrics["history"]["loss"]) == 1
-    checkpoint = ("params.npz", "config.json", "tokenizer.json", "bigrams.npy")  # demo: bigrams
+    checkpoint = ("manifest.json", "params.npz", "tokenizer.json", "bigrams.npy", "meta.json")
     for name in (
         "training_curves.png",
         "confusion_matrix.png",
@@ -500,7 +500,7 @@ def test_predict_prints_a_long_review_without_splitting_all_of_it(tmp_path, caps
 
     from m2l_nlp.runs import checkpoint
 
-    monkeypatch.setattr(checkpoint, "load_checkpoint", lambda path: SimpleNamespace(meta={}))
+    monkeypatch.setattr(checkpoint, "load_checkpoint", lambda *a: SimpleNamespace(meta={}))
     monkeypatch.setattr(checkpoint, "predict", lambda texts, *a, **k: np.full(len(texts), 0.9))
     monkeypatch.setattr(cli, "_cut_notes", lambda texts, checkpoint: [])  # tested on its own
     command = ["predict", "--checkpoint", str(tmp_path), "--file"]
@@ -538,24 +538,18 @@ def test_practical_3s_help_states_every_default(command, capsys):
 def char_lm(tmp_path_factory):
     """A tiny character language model's checkpoint, at its initialisation, that has seen
     only a few characters."""
-    import dataclasses
-
-    import numpy as np
-
     from m2l_nlp.config import LanguageModelConfig
-    from m2l_nlp.fileio import write_json_atomic
+    from m2l_nlp.data.characters import CharVocab
     from m2l_nlp.model.language_models import init_params, language_model
-    from m2l_nlp.runs.checkpoint import flatten_params
+    from m2l_nlp.runs.checkpoint import LANGUAGE_MODEL, save_checkpoint
 
     config = LanguageModelConfig(
         vocab_size=10, num_layers=1, num_heads=2, d_model=8, d_ff=16, p_dropout=0.0, max_len=24
     )
-    folder = tmp_path_factory.mktemp("char-lm")
+    folder = tmp_path_factory.mktemp("char-lm") / "checkpoint"
     params = init_params(language_model(config, "solutions")[0], 0, config.max_len)
-    np.savez(folder / "params.npz", **flatten_params(params))
-    write_json_atomic(folder / "config.json", dataclasses.asdict(config))
-    write_json_atomic(folder / "characters.json", {"chars": " Thefilm"})  # ids 2 to 9
-    return str(folder)
+    vocab = CharVocab(" Thefilm")  # ids 2 to 9
+    return str(save_checkpoint(folder, LANGUAGE_MODEL, params, config, vocab))
 
 
 @pytest.mark.slow

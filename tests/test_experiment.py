@@ -60,7 +60,7 @@ def test_train_and_evaluate_tests_and_saves_the_run(tmp_path):
     assert saved["history"] == run.history
     for name in ("training_curves.png", "confusion_matrix.png"):
         assert (out / name).is_file(), name
-    loaded = checkpoint.load_checkpoint(out / "checkpoint", run.config)
+    loaded = checkpoint.load_checkpoint(out / "checkpoint", checkpoint.CLASSIFIER, run.config)
     jax.tree_util.tree_map(np.testing.assert_array_equal, loaded.params, run.params)
 
 
@@ -141,7 +141,8 @@ def test_the_cli_killed_after_an_epoch_resumes_to_the_same_run(tmp_path):
     assert metrics[0]["test_accuracy"] == metrics[1]["test_accuracy"]
     assert metrics[0]["history"] == metrics[1]["history"]
     params = [
-        checkpoint.load_checkpoint(tmp_path / n / "checkpoint").params for n in ("whole", "killed")
+        checkpoint.load_checkpoint(tmp_path / n / "checkpoint", checkpoint.CLASSIFIER).params
+        for n in ("whole", "killed")
     ]
     jax.tree_util.tree_map(np.testing.assert_array_equal, *params)
 
@@ -198,7 +199,7 @@ def test_a_run_with_backoff_tests_and_saves_the_plain_classifier(
     )
     result, tie = trained[0]
     assert tie is not None
-    loaded = checkpoint.load_checkpoint(tmp_path / "run" / "checkpoint")
+    loaded = checkpoint.load_checkpoint(tmp_path / "run" / "checkpoint", checkpoint.CLASSIFIER)
     jax.tree_util.tree_map(np.testing.assert_array_equal, loaded.params, result.params)
     test = (data.test_ids, data.test_mask, data.test_labels)
     again = evaluation.evaluate(loaded.params, model.classifier(loaded.config), test, window=64)

@@ -67,19 +67,6 @@ def test_train_then_generate_and_resume(tmp_path, monkeypatch, capsys):
     assert again["test_bits_per_char"] == metrics["test_bits_per_char"]
 
 
-def test_predict_and_generate_each_refuse_the_others_checkpoint(tmp_path):
-    from m2l_nlp.runs import checkpoint, language_model
-
-    lm, classifier = tmp_path / "lm", tmp_path / "classifier"
-    for folder, marker in ((lm, "characters.json"), (classifier, "tokenizer.json")):
-        folder.mkdir()
-        (folder / marker).write_text("{}")
-    with pytest.raises(checkpoint.CheckpointError, match="m2l-nlp generate --checkpoint"):
-        checkpoint.load_checkpoint(lm)
-    with pytest.raises(checkpoint.CheckpointError, match="m2l-nlp predict --checkpoint"):
-        language_model.load_checkpoint(classifier)
-
-
 def test_a_writer_without_a_working_cache_writes_the_same_text_more_slowly(capsys):
     """An unfinished or wrong `attend_with_cache` does not stop a run's samples: the Writer
     says so in one line and reads the whole window for every character instead."""

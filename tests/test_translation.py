@@ -121,10 +121,10 @@ def test_beam_search_of_one_beam_is_greedy_and_more_beams_find_likelier_text():
 def test_translate_refuses_what_is_not_a_translator_in_one_line(tmp_path, capsys):
     assert cli.main(["translate", "--checkpoint", str(tmp_path / "none"), "Hello."]) == 2
     assert "there is no checkpoint at" in capsys.readouterr().err
-    (tmp_path / "lm").mkdir()
-    (tmp_path / "lm" / "characters.json").write_text("{}")
-    assert cli.main(["translate", "--checkpoint", str(tmp_path / "lm"), "Hello."]) == 2
-    assert "character language model's checkpoint" in capsys.readouterr().err
+    (tmp_path / "old").mkdir()  # a checkpoint of before the manifest (tests/test_checkpoint.py)
+    (tmp_path / "old" / "characters.json").write_text("{}")
+    assert cli.main(["translate", "--checkpoint", str(tmp_path / "old"), "Hello."]) == 2
+    assert "has no manifest.json" in capsys.readouterr().err
     assert cli.main(["translate", "--checkpoint", str(tmp_path / "none"), " "]) == 2
     assert "sentence 1 is empty" in capsys.readouterr().err
 
@@ -197,16 +197,10 @@ def test_bucket_widths_are_whole_numbers():
 @pytest.fixture(scope="module")
 def checkpoint(small, model, tmp_path_factory):
     """A translator's checkpoint folder (the tiny model above), as a run writes it."""
-    import dataclasses
+    from m2l_nlp.runs.checkpoint import TRANSLATOR, save_checkpoint
 
-    from m2l_nlp.fileio import write_json_atomic, write_text_atomic
-    from m2l_nlp.runs.checkpoint import flatten_params
-
-    folder = tmp_path_factory.mktemp("translator")
-    np.savez(folder / "params.npz", **flatten_params(model[2]))
-    write_json_atomic(folder / "translator.json", dataclasses.asdict(CONFIG))
-    write_text_atomic(folder / "tokenizer.json", small[1].to_str())
-    return str(folder)
+    folder = tmp_path_factory.mktemp("translator") / "checkpoint"
+    return str(save_checkpoint(folder, TRANSLATOR, model[2], CONFIG, small[1]))
 
 
 def _translate(capsys, *args: str) -> tuple[int, list[str], str]:

@@ -1,20 +1,26 @@
-"""Save and load a trained classifier: parameters, model config and tokenizer, in one folder.
+"""One checkpoint format for every kind of model: a folder whose manifest says what it holds.
 
 Layout of a checkpoint folder::
 
+    manifest.json    the format version, the kind of model, its config (the dataclass's
+                     fields), its tokenizer, and the names of the files below
     params.npz       one array per parameter, named "<module>/<name>"
-    config.json      the ClassifierConfig (model sizes)
-    tokenizer.json   the tokenizer the ids were made with
-    bigrams.npy      the table of bigram tokens, if the model reads them (m2l_nlp.data.bigrams)
+    tokenizer.json   the subword tokenizer (a character model's characters are in the
+                     manifest itself)
+    bigrams.npy      the classifier's table of bigram tokens, if it reads them
+                     (m2l_nlp.data.bigrams)
     meta.json        free-form extras (training settings, metrics, impl)
 
 A checkpoint is written to a temporary folder beside the target and renamed into place, so
-a crash never leaves a half-written checkpoint under the final name.
+a crash never leaves a half-written checkpoint under the final name. :func:`load_checkpoint`
+reads the manifest first: a command given another kind's checkpoint names, in one line, the
+command that reads it, and a folder without a manifest is answered with how to train one.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -26,23 +32,89 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from m2l_nlp.config import ClassifierConfig
+from m2l_nlp.config import ClassifierConfig, LanguageModelConfig, TranslationConfig
 from m2l_nlp.data import bigrams
+from m2l_nlp.data.characters import CharVocab
 from m2l_nlp.fileio import json_text, make_ordinary
 
+FORMAT_VERSION = 1  # raised whenever a reader of the old layout would misread the new one
+MANIFEST_FILE = "manifest.json"
 PARAMS_FILE = "params.npz"
-CONFIG_FILE = "config.json"
 TOKENIZER_FILE = "tokenizer.json"
 META_FILE = "meta.json"
 SEP = "/"
 
+# The kinds of checkpoint, as manifests name them (a file format: these strings stay fixed)
+CLASSIFIER, LANGUAGE_MODEL, TRANSLATOR = "classifier", "char-lm", "translate"
+SUBWORDS, CHARACTERS = "tokenizers", "characters"  # the two kinds of tokenizer a model reads
+
+
+class CheckpointKind(NamedTuple):
+    """What a checkpoint of one kind holds, which command reads it, and how to train one."""
+
+    config: type  # the model's config dataclass
+    tokenizer: str  # SUBWORDS (a tokenizers.Tokenizer) or CHARACTERS (a CharVocab)
+    what: str  # "a sentiment classifier"
+    use: str  # what its command does, before the command: "score reviews with"
+    command: str  # the m2l-nlp command that reads it
+    preset: str  # the preset that trains one
+    cost: str  # what training one on `--data small` costs
+    folder: str  # where a run of the preset writes it
+
+    def train_one(self) -> str:
+        return (
+            f"train one with `m2l-nlp train --preset {self.preset}` (`--data small`: "
+            f"{self.cost}) or pass the folder it wrote ({self.folder})"
+        )
+
+    def train_again(self) -> str:
+        return (
+            f"train again with `m2l-nlp train --preset {self.preset}` (`--data small`: {self.cost})"
+        )
+
+
+KINDS: dict[str, CheckpointKind] = {
+    CLASSIFIER: CheckpointKind(
+        ClassifierConfig,
+        SUBWORDS,
+        "a sentiment classifier",
+        "score reviews with",
+        "predict",
+        "default",
+        "half a minute of CPU time",
+        "runs/<name>/checkpoint",
+    ),
+    LANGUAGE_MODEL: CheckpointKind(
+        LanguageModelConfig,
+        CHARACTERS,
+        "a character language model",
+        "continue text with",
+        "generate",
+        "char-lm",
+        "under a minute of CPU time",
+        "runs/char-lm/checkpoint",
+    ),
+    TRANSLATOR: CheckpointKind(
+        TranslationConfig,
+        SUBWORDS,
+        "an English-to-Greek translator",
+        "translate sentences with",
+        "translate",
+        "translate",
+        "5 minutes of CPU time",
+        "runs/translate/checkpoint",
+    ),
+}
+
 
 class Checkpoint(NamedTuple):
-    """A loaded checkpoint: haiku params (NumPy arrays), config, tokenizer, extras, and the
-    bigram table (None for a model that reads tokens only)."""
+    """A loaded checkpoint: its kind, haiku params (NumPy arrays), the model's config, its
+    tokenizer (a ``tokenizers.Tokenizer``, or a character model's :class:`CharVocab`),
+    extras, and the bigram table (None for a model that reads tokens only)."""
 
+    kind: str
     params: dict[str, dict[str, np.ndarray]]
-    config: ClassifierConfig
+    config: Any
     tokenizer: Any
     meta: dict[str, Any]
     bigram_table: np.ndarray | None = None
@@ -75,29 +147,66 @@ def unflatten_params(flat: dict[str, np.ndarray]) -> dict[str, dict[str, np.ndar
     return params
 
 
+def _write_contents(
+    folder: Path,
+    kind: str,
+    params: Any,
+    config: Any,
+    tokenizer: Any,
+    meta: dict[str, Any] | None,
+    bigram_table: np.ndarray | None,
+) -> None:
+    """The files of a checkpoint into the (temporary, empty) ``folder``; the manifest last."""
+    spec = KINDS[kind]
+    np.savez(folder / PARAMS_FILE, **flatten_params(params))
+    if spec.tokenizer == CHARACTERS:
+        named: dict[str, Any] = {"type": CHARACTERS, "characters": tokenizer.chars}
+    else:
+        tokenizer.save(str(folder / TOKENIZER_FILE))
+        named = {"type": SUBWORDS, "file": TOKENIZER_FILE}
+    extras = {"meta": META_FILE}
+    (folder / META_FILE).write_text(json_text(meta or {}, default=str))
+    if bigram_table is not None:
+        bigrams.save_table(folder, bigram_table)
+        extras["bigram_table"] = bigrams.TABLE_FILE
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "kind": kind,
+        "config": dataclasses.asdict(config),
+        "tokenizer": named,
+        "params": PARAMS_FILE,
+        "extras": extras,
+    }
+    (folder / MANIFEST_FILE).write_text(json_text(manifest))
+
+
 def save_checkpoint(
     path: str | os.PathLike,
+    kind: str,
     params: Any,
-    config: ClassifierConfig,
+    config: Any,
     tokenizer: Any,
+    *,
     meta: dict[str, Any] | None = None,
     bigram_table: np.ndarray | None = None,
 ) -> Path:
-    """Write a checkpoint folder at ``path`` atomically (replacing an older one); returns it.
+    """Write a checkpoint of ``kind`` (a key of :data:`KINDS`) at ``path`` atomically,
+    replacing an older one; returns ``path``.
 
-    Pass ``bigram_table`` when the model was trained on bigram tokens (``data.bigram_table``).
+    ``config`` is the kind's config dataclass and ``tokenizer`` its tokenizer (a character
+    model's :class:`CharVocab`). Pass ``bigram_table`` when a classifier was trained on
+    bigram tokens (``data.bigram_table``).
     """
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
+    if not isinstance(config, KINDS[kind].config):
+        raise TypeError(f"a {kind} checkpoint holds a {KINDS[kind].config.__name__}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     old: Path | None = None  # a private folder the previous checkpoint waits in
     try:
-        np.savez(tmp / PARAMS_FILE, **flatten_params(params))
-        (tmp / CONFIG_FILE).write_text(json_text(config.to_dict()))
-        tokenizer.save(str(tmp / TOKENIZER_FILE))
-        if bigram_table is not None:
-            bigrams.save_table(tmp, bigram_table)
-        (tmp / META_FILE).write_text(json_text(meta or {}, default=str))
+        _write_contents(tmp, kind, params, config, tokenizer, meta, bigram_table)
         make_ordinary(tmp)
         if path.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".old", dir=path.parent))
@@ -114,19 +223,19 @@ def save_checkpoint(
     return path
 
 
-def _check_shapes(params: dict[str, dict[str, np.ndarray]], config: ClassifierConfig) -> None:
-    """Raise if the saved arrays do not fit the saved config (a hand-edited config.json)."""
+def _check_shapes(params: dict[str, dict[str, np.ndarray]], config: Any) -> None:
+    """Raise if the saved arrays do not fit the saved config (a hand-edited manifest)."""
     embed = params.get("classifier/~/embedding/~/embed", {}).get("embeddings")
     if embed is not None and embed.shape != (config.vocab_size, config.d_model):
         raise CheckpointError(
-            f"the saved embedding table has shape {embed.shape} but config.json says "
-            f"vocab_size={config.vocab_size}, d_model={config.d_model}: the files of this "
-            "checkpoint do not belong together; retrain or restore config.json"
+            f"the saved embedding table has shape {embed.shape} but the manifest's config "
+            f"says vocab_size={config.vocab_size}, d_model={config.d_model}: the files of "
+            f"this checkpoint do not belong together; retrain or restore {MANIFEST_FILE}"
         )
 
 
 @contextlib.contextmanager
-def _reading(file: Path) -> Iterator[None]:
+def _reading(file: Path, kind: str) -> Iterator[None]:
     """Turn any failure to read or parse ``file`` into a :class:`CheckpointError`."""
     try:
         yield
@@ -139,7 +248,7 @@ def _reading(file: Path) -> Iterator[None]:
     except Exception as error:  # noqa: BLE001 - JSON, zip, tokenizer and config errors alike
         raise CheckpointError(
             f"{file} is damaged ({type(error).__name__}: {error}): this checkpoint cannot be "
-            "used; train a new one with `m2l-nlp train`"
+            f"used; {KINDS[kind].train_again()}"
         ) from error
 
 
@@ -176,50 +285,121 @@ def check_params_fit(
         else:
             advice = (
                 "the files of this checkpoint do not belong together; retrain or restore "
-                "config.json"
+                f"{MANIFEST_FILE}"
             )
         raise CheckpointError(
             f"the saved parameters do not fit the model of the saved config ({shown}): {advice}"
         )
 
 
-def load_checkpoint(
-    path: str | os.PathLike, expected_config: ClassifierConfig | None = None
-) -> Checkpoint:
-    """Read a checkpoint folder written by :func:`save_checkpoint`.
+def other_kind(path: Path, have: str, wanted: str) -> CheckpointError:
+    """The one line for a checkpoint of kind ``have`` given where one of ``wanted`` belongs:
+    the command that reads it."""
+    other, command = KINDS[have], KINDS[wanted].command
+    return CheckpointError(
+        f"{path} is {other.what}'s checkpoint, which `m2l-nlp {command}` does not read: "
+        f"{other.use} `m2l-nlp {other.command} --checkpoint {path}`"
+    )
 
-    With ``expected_config``, refuse (``CheckpointError``) a checkpoint whose config differs,
-    naming the settings that differ.
-    """
+
+def _not_a_checkpoint(path: Path, kind: str) -> CheckpointError:
+    """The one line for a ``path`` that holds no checkpoint at all, with how to train one."""
+    spec = KINDS[kind]
+    if path.is_dir():
+        return CheckpointError(
+            f"{path} has no {MANIFEST_FILE}: it is not a checkpoint, or one written before "
+            f"checkpoints had one, which this m2l-nlp does not read; {spec.train_again()}"
+        )
+    run = path.parent if path.name == "checkpoint" else path
+    if (run / "run.json").is_file() and not path.exists():
+        what = (
+            f"{run} is a run without a checkpoint: only runs that end with the test set write "
+            "one (not practical 1's baselines, not --no-test runs)"
+        )
+    elif path.exists():
+        what = f"{path} is a file, not a checkpoint folder"
+    else:
+        what = f"there is no checkpoint at {path}"
+    return CheckpointError(f"{what}; {spec.train_one()}")
+
+
+def _config(cls: type, values: Any) -> Any:
+    """``cls(**values)``, refusing a setting ``cls`` does not have."""
+    known = {field.name for field in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ValueError(f"unknown model settings {unknown}; known: {sorted(known)}")
+    return cls(**values)
+
+
+def _read_tokenizer(path: Path, named: Any, spec: CheckpointKind, kind: str) -> Any:
+    """The tokenizer the manifest names (``named``), as the kind's model reads it."""
     from tokenizers import Tokenizer
 
-    path = Path(path)
-    missing = [f for f in (PARAMS_FILE, CONFIG_FILE, TOKENIZER_FILE) if not (path / f).is_file()]
-    if missing:
-        if (path / "characters.json").is_file():  # runs.language_model's checkpoint
+    if named.get("type") != spec.tokenizer:
+        raise ValueError(f"a {kind} model reads {spec.tokenizer}, not {named.get('type')!r}")
+    if spec.tokenizer == CHARACTERS:
+        characters = named["characters"]
+        if not isinstance(characters, str):
+            raise TypeError(f"the characters are a string, not {type(characters).__name__}")
+        return CharVocab(characters)
+    file = path / named["file"]
+    with _reading(file, kind):
+        return Tokenizer.from_file(str(file))
+
+
+def _ids_needed(tokenizer: Any, table: np.ndarray | None) -> tuple[int, str]:
+    """How many embedding rows the tokenizer (and bigram table) need, and the words for it."""
+    if isinstance(tokenizer, CharVocab):
+        return tokenizer.size, f"the characters need {tokenizer.size} ids"
+    needed = tokenizer.get_vocab_size()
+    what = f"the tokenizer has {needed} tokens"
+    if table is not None:
+        needed = bigrams.vocab_size_with_bigrams(needed, table)
+        what += f" and the bigram table {len(table)} pairs ({needed} ids)"
+    return needed, what
+
+
+def load_checkpoint(
+    path: str | os.PathLike, kind: str, expected_config: Any | None = None
+) -> Checkpoint:
+    """Read the checkpoint folder ``path``, which must hold a model of ``kind`` (a key of
+    :data:`KINDS`); :class:`CheckpointError` in one line otherwise (another kind's checkpoint:
+    the command that reads it; no checkpoint: how to train one).
+
+    With ``expected_config``, refuse a checkpoint whose config differs, naming the settings
+    that differ.
+    """
+    spec, path = KINDS[kind], Path(path)
+    manifest_file = path / MANIFEST_FILE
+    if not manifest_file.is_file():
+        raise _not_a_checkpoint(path, kind)
+    with _reading(manifest_file, kind):
+        manifest = json.loads(manifest_file.read_text(encoding="utf-8"))
+        version = manifest["format_version"]
+        if version != FORMAT_VERSION:
             raise CheckpointError(
-                f"{path} is a character language model's checkpoint, which does not score "
-                f"reviews: continue text with `m2l-nlp generate --checkpoint {path}`"
+                f"{path} is a checkpoint of format {version}, and this m2l-nlp reads format "
+                f"{FORMAT_VERSION} only; {spec.train_again()}"
             )
-        if path.is_dir():
-            what = f"{path} is not a complete checkpoint (missing {', '.join(missing)})"
-        elif path.exists():
-            what = f"{path} is a file, not a checkpoint folder"
-        else:
-            what = f"there is no checkpoint at {path}"
-        run = path.parent if path.name == "checkpoint" else path
-        if (run / "run.json").is_file() and not (run / "checkpoint").exists():
-            what = f"{run} is a run without a checkpoint"
-        raise CheckpointError(
-            f"{what}: only the transformer's runs that end with the test set write one (not "
-            "--model baselines, not --no-test runs); train one with `m2l-nlp train` (`--data "
-            "small`: half a minute of CPU time) or pass the folder it wrote "
-            "(runs/<name>/checkpoint)"
-        )
-    with _reading(path / CONFIG_FILE):
-        config = ClassifierConfig.from_dict(json.loads((path / CONFIG_FILE).read_text()))
+        have = manifest["kind"]
+        if have != kind:
+            if have in KINDS:
+                raise other_kind(path, have, kind)
+            raise ValueError(f"unknown kind {have!r}")
+        config = _config(spec.config, manifest["config"])
+        named, extras = manifest["tokenizer"], manifest["extras"]
+        files = [manifest["params"], *extras.values()]
+        files += [named["file"]] if named.get("type") == SUBWORDS else []
+        missing = [name for name in files if not (path / name).is_file()]
+        if missing:
+            raise CheckpointError(
+                f"{path} is not a complete checkpoint (missing {', '.join(missing)}); "
+                f"{spec.train_again()}"
+            )
+        params_file = path / manifest["params"]
     if expected_config is not None and config != expected_config:
-        saved, wanted = config.to_dict(), expected_config.to_dict()
+        saved, wanted = dataclasses.asdict(config), dataclasses.asdict(expected_config)
         diff = ", ".join(
             f"{k}: saved {saved[k]!r} vs expected {wanted[k]!r}"
             for k in saved
@@ -229,31 +409,28 @@ def load_checkpoint(
             f"the checkpoint in {path} was trained with a different model config ({diff}); "
             "build the model from the checkpoint's config or train a new checkpoint"
         )
-    with _reading(path / PARAMS_FILE), np.load(path / PARAMS_FILE) as arrays:
+    with _reading(params_file, kind), np.load(params_file) as arrays:
         params = unflatten_params({k: arrays[k] for k in arrays.files})
     _check_shapes(params, config)
-    with _reading(path / TOKENIZER_FILE):
-        tokenizer = Tokenizer.from_file(str(path / TOKENIZER_FILE))
-    try:
-        table = bigrams.load_table(path)
-    except ValueError as error:  # the message says what to do
-        raise CheckpointError(str(error)) from None
-    needed = tokenizer.get_vocab_size()
-    what = f"the tokenizer has {needed} tokens"
-    if table is not None:
-        needed = bigrams.vocab_size_with_bigrams(needed, table)
-        what += f" and the bigram table {len(table)} pairs ({needed} ids)"
+    with _reading(manifest_file, kind):
+        tokenizer = _read_tokenizer(path, named, spec, kind)
+    table = None
+    if "bigram_table" in extras:
+        table_file = path / extras["bigram_table"]
+        with _reading(table_file, kind):
+            table = np.load(table_file, allow_pickle=False)
+    needed, what = _ids_needed(tokenizer, table)
     if needed > config.vocab_size:
         raise CheckpointError(
             f"{what} but the model only {config.vocab_size} embeddings: "
             f"the files of {path} do not belong together"
         )
-    meta_path = path / META_FILE
     meta = {}
-    if meta_path.is_file():
-        with _reading(meta_path):
-            meta = json.loads(meta_path.read_text())
-    return Checkpoint(params, config, tokenizer, meta, table)
+    if "meta" in extras:
+        meta_file = path / extras["meta"]
+        with _reading(meta_file, kind):
+            meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    return Checkpoint(kind, params, config, tokenizer, meta, table)
 
 
 # The last whitespace before a position (``search(text, 0, end)``): a cut between words.
@@ -345,7 +522,9 @@ def predict(
     from m2l_nlp.model import classifiers as model
 
     if not isinstance(checkpoint, Checkpoint):
-        checkpoint = load_checkpoint(checkpoint)
+        checkpoint = load_checkpoint(checkpoint, CLASSIFIER)
+    elif checkpoint.kind != CLASSIFIER:
+        raise other_kind(Path("<checkpoint>"), checkpoint.kind, CLASSIFIER)
     texts = [texts] if isinstance(texts, str) else list(texts)
     if not all(isinstance(t, str) for t in texts):
         raise TypeError("texts must be a string or a list of strings")
@@ -366,26 +545,26 @@ def predict(
     )
 
 
-def save_run(out: str | os.PathLike, run: Any, preset: Any, settings: Any, data: Any) -> None:
+def save_run(out: str | os.PathLike, run: Any, settings: Any, data: Any) -> None:
     """Write what :func:`m2l_nlp.runs.experiment.train_and_evaluate` made into the folder ``out``:
     ``metrics.json``, the training curves and (test runs) the confusion matrix, and for the
     transformer a ``checkpoint/`` that ``m2l-nlp predict`` reads."""
     import dataclasses
 
     from m2l_nlp import plotting
-    from m2l_nlp.config import TRANSFORMER
     from m2l_nlp.fileio import write_json_atomic
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    if run.test is not None and preset.architecture == TRANSFORMER:
+    if run.test is not None and isinstance(run.config, ClassifierConfig):  # not a baseline
         meta = dict(run.metrics, settings=dataclasses.asdict(settings), history=run.history)
         save_checkpoint(
             out / "checkpoint",
+            CLASSIFIER,
             run.params,
             run.config,
             data.tokenizer,
-            meta,
+            meta=meta,
             bigram_table=data.bigram_table,
         )
     write_json_atomic(out / "metrics.json", dict(run.metrics, history=run.history))

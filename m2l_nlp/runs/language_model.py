@@ -11,7 +11,6 @@ and bigram baselines. The run holds ``checkpoint/`` (parameters, config, charact
 from __future__ import annotations
 
 import dataclasses
-import json
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -28,7 +27,7 @@ from m2l_nlp.data.characters import CharData, CharVocab
 from m2l_nlp.model import generation
 from m2l_nlp.model.language_models import cached_step, init_params, language_model
 from m2l_nlp.runs import folders as runs
-from m2l_nlp.runs.checkpoint import CheckpointError, flatten_params, unflatten_params
+from m2l_nlp.runs.checkpoint import LANGUAGE_MODEL, save_checkpoint
 from m2l_nlp.train import metrics
 from m2l_nlp.train.evaluation import evaluate
 from m2l_nlp.train.loop import StateMismatch, train
@@ -36,12 +35,6 @@ from m2l_nlp.train.progress import Progress
 
 SAMPLE_PROMPT = "The film"
 SAMPLE_CHARS = 100
-PARAMS_FILE, CONFIG_FILE, CHARS_FILE, META_FILE = (
-    "params.npz",
-    "config.json",
-    "characters.json",
-    "meta.json",
-)
 
 
 class LanguageModelRun(NamedTuple):
@@ -207,60 +200,15 @@ def save_run(out: Path, run: LanguageModelRun, no_test: bool) -> None:
 
     out.mkdir(parents=True, exist_ok=True)
     if not no_test:
-        checkpoint = out / "checkpoint"
-        checkpoint.mkdir()
-        np.savez(checkpoint / PARAMS_FILE, **flatten_params(run.params))
-        write_json_atomic(checkpoint / CONFIG_FILE, dataclasses.asdict(run.config))
-        write_json_atomic(checkpoint / CHARS_FILE, {"chars": run.vocab.chars})
-        write_json_atomic(checkpoint / META_FILE, dict(run.metrics, history=run.history))
+        meta = dict(run.metrics, history=run.history)
+        save_checkpoint(
+            out / "checkpoint", LANGUAGE_MODEL, run.params, run.config, run.vocab, meta=meta
+        )
     write_json_atomic(out / "metrics.json", dict(run.metrics, history=run.history))
     curves = plotting.plot_training_curves(
         run.history, title="Training curves (bits per character)"
     )
     plotting.save_figure(curves, out / "training_curves.png")
-
-
-class LanguageModelCheckpoint(NamedTuple):
-    params: Any
-    config: LanguageModelConfig
-    vocab: CharVocab
-    meta: dict[str, Any]
-
-
-def load_checkpoint(path: Path) -> LanguageModelCheckpoint:
-    """Read a language model's ``checkpoint/``; :class:`CheckpointError` in one line if it
-    is not one."""
-    files = (PARAMS_FILE, CONFIG_FILE, CHARS_FILE)
-    missing = [f for f in files if not (path / f).is_file()]
-    if missing and (path / "tokenizer.json").is_file():  # runs.checkpoint's, a classifier's
-        raise CheckpointError(
-            f"{path} is a sentiment classifier's checkpoint, which does not write text: score "
-            f"reviews with `m2l-nlp predict --checkpoint {path}`"
-        )
-    if missing:
-        what = (
-            f"{path} is not a language model's checkpoint (missing {', '.join(missing)})"
-            if path.is_dir()
-            else f"there is no checkpoint at {path}"
-        )
-        raise CheckpointError(
-            f"{what}: train one with `m2l-nlp train --preset char-lm` (`--data small`: under a "
-            "minute of CPU time) or pass the folder it wrote (runs/char-lm/checkpoint)"
-        )
-    try:
-        config = LanguageModelConfig(**json.loads((path / CONFIG_FILE).read_text()))
-        vocab = CharVocab(json.loads((path / CHARS_FILE).read_text())["chars"])
-        with np.load(path / PARAMS_FILE) as arrays:
-            params = unflatten_params({k: arrays[k] for k in arrays.files})
-        meta_file = path / META_FILE
-        meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise CheckpointError(
-            f"{path} could not be read ({type(error).__name__}: {error})"
-        ) from None
-    if vocab.size > config.vocab_size:
-        raise CheckpointError(f"the files of {path} do not belong together (characters)")
-    return LanguageModelCheckpoint(params, config, vocab, meta)
 
 
 class Writer:

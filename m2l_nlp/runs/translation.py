@@ -13,7 +13,6 @@ The run holds ``checkpoint/``, which :class:`Translator` (``m2l-nlp translate``)
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import sys
 import time
@@ -35,19 +34,13 @@ from m2l_nlp.data.translation import VAL_SCORED, TranslationData, encode_sources
 from m2l_nlp.model import translators
 from m2l_nlp.model.retrieval import RetrievalBaseline
 from m2l_nlp.runs import folders as runs
-from m2l_nlp.runs.checkpoint import CheckpointError, flatten_params, unflatten_params
+from m2l_nlp.runs.checkpoint import TRANSLATOR, save_checkpoint
 from m2l_nlp.train import metrics, translation_scores
 from m2l_nlp.train.loop import StateMismatch, train
 from m2l_nlp.train.progress import Progress
 
 BEAM_WIDTH, LENGTH_PENALTY = 4, 0.6
 SHOWN = ("I love you.", "Where is the station?", "Tom doesn't like cats.")
-PARAMS_FILE, CONFIG_FILE, TOKENIZER_FILE, META_FILE = (
-    "params.npz",
-    "translator.json",
-    "tokenizer.json",
-    "meta.json",
-)
 
 
 class TranslationRun(NamedTuple):
@@ -413,58 +406,14 @@ def _test(translator, params, data: TranslationData, log) -> dict:
 def save_run(out: Path, run: TranslationRun, no_test: bool) -> None:
     """``metrics.json``, the training curves and (test runs) ``checkpoint/`` into ``out``."""
     from m2l_nlp import plotting
-    from m2l_nlp.fileio import write_json_atomic, write_text_atomic
+    from m2l_nlp.fileio import write_json_atomic
 
     out.mkdir(parents=True, exist_ok=True)
     if not no_test:
-        checkpoint = out / "checkpoint"
-        checkpoint.mkdir()
-        np.savez(checkpoint / PARAMS_FILE, **flatten_params(run.params))
-        write_json_atomic(checkpoint / CONFIG_FILE, dataclasses.asdict(run.config))
-        write_text_atomic(checkpoint / TOKENIZER_FILE, run.tokenizer.to_str())
-        write_json_atomic(checkpoint / META_FILE, dict(run.metrics, history=run.history))
+        meta = dict(run.metrics, history=run.history)
+        save_checkpoint(
+            out / "checkpoint", TRANSLATOR, run.params, run.config, run.tokenizer, meta=meta
+        )
     write_json_atomic(out / "metrics.json", dict(run.metrics, history=run.history))
     curves = plotting.plot_training_curves(run.history, title="Training curves (bits per token)")
     plotting.save_figure(curves, out / "training_curves.png")
-
-
-class TranslatorCheckpoint(NamedTuple):
-    params: Any
-    config: TranslationConfig
-    tokenizer: Tokenizer
-    meta: dict[str, Any]
-
-
-def load_checkpoint(path: Path) -> TranslatorCheckpoint:
-    """Read a translator's ``checkpoint/``; :class:`CheckpointError` in one line if it is not
-    one."""
-    files = (PARAMS_FILE, CONFIG_FILE, TOKENIZER_FILE)
-    missing = [f for f in files if not (path / f).is_file()]
-    if missing:
-        if (path / "characters.json").is_file():
-            what = f"{path} is a character language model's checkpoint (`m2l-nlp generate`)"
-        elif (path / TOKENIZER_FILE).is_file():
-            what = f"{path} is a sentiment classifier's checkpoint (`m2l-nlp predict`)"
-        elif path.is_dir():
-            what = f"{path} is not a translator's checkpoint (missing {', '.join(missing)})"
-        else:
-            what = f"there is no checkpoint at {path}"
-        raise CheckpointError(
-            f"{what}: train a translator with `m2l-nlp train --preset translate` (`--data "
-            "small`: 5 minutes of CPU time) or pass the folder it wrote "
-            "(runs/translate/checkpoint)"
-        )
-    try:
-        config = TranslationConfig(**json.loads((path / CONFIG_FILE).read_text()))
-        tokenizer = Tokenizer.from_file(str(path / TOKENIZER_FILE))
-        with np.load(path / PARAMS_FILE) as arrays:
-            params = unflatten_params({k: arrays[k] for k in arrays.files})
-        meta_file = path / META_FILE
-        meta = json.loads(meta_file.read_text()) if meta_file.is_file() else {}
-    except Exception as error:  # the tokenizer's Rust side raises a bare Exception
-        raise CheckpointError(
-            f"{path} could not be read ({type(error).__name__}: {error})"
-        ) from None
-    if tokenizer.get_vocab_size() > config.vocab_size:
-        raise CheckpointError(f"the files of {path} do not belong together (tokenizer)")
-    return TranslatorCheckpoint(params, config, tokenizer, meta)
