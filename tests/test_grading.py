@@ -1273,3 +1273,23 @@ def test_a_note_names_a_failing_earlier_exercise_the_run_did_not_select(tmp_path
     ), result.note
     assert list(grader.quiet) == ["scaled_dot_product"]
     assert grader.quiet["scaled_dot_product"].status == "failed"
+
+
+def test_a_build_over_draws_crosses_the_wire_and_nothing_outside_the_checks_builds():
+    """``draws_of`` names its build by plain data (what a worker or a record holds): rebuilt
+    from that data, it runs the module on every copy; a build named outside the checks'
+    own modules is refused."""
+    from m2l_nlp.grading.checks import wire
+    from m2l_nlp.grading.checks.tools import DRAW_P, BuildSpec, draws_of, key_for, run_haiku
+    from m2l_nlp.grading.practicals.practical2.blocks import _ffn
+
+    plain = wire.from_plain(wire.to_plain(draws_of(_ffn(DRAW_P, True))(3).plain()))
+    rebuilt = BuildSpec(plain["module"], plain["name"], tuple(plain["args"]))
+    ref = reference("practical2_transformers")
+    x = np.random.default_rng(0).standard_normal((2, 5, 12)).astype(np.float32)
+    params = run_haiku(_ffn(0.1, False), ref, None, x)
+    first, mean, var, _ = run_haiku(rebuilt, ref, params, x, key=key_for(1))
+    assert first.shape == mean.shape == x.shape
+    assert float(np.asarray(var).max()) > 0  # each copy drew masks of its own
+    with pytest.raises(ValueError, match="builds come from"):
+        BuildSpec("os", "system", ("true",))(ref)

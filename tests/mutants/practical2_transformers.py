@@ -90,5 +90,20 @@ MUTANTS = {
             [("x = block(x, mask, is_train)", "x = block(x, mask)")],
             {"says": _FLAG_DROPPED.format("x = block(x, mask)")},
         ),
+        (
+            "every map computed from the stack's input",
+            [
+                (
+                    "x, weights = block(x, mask, is_train, return_attention=True)",
+                    "_, weights = block(x, mask, is_train, return_attention=True)",
+                )
+            ],
+            {"says": "Each block reads the previous block's output"},
+        ),
+        (
+            "the last block's map left out",
+            [("        return maps\n", "        return maps[:-1]\n")],
+            {"says": "should return a list of 3 maps, one per block; yours returned a list of 2"},
+        ),
     ],
 }

@@ -372,6 +372,23 @@ def outcome(err: BaseException | None, student_files: set[str]) -> tuple[str, st
     return "failed", describe_error(err, student_files)
 
 
+def judge_check(
+    exercise: Exercise,
+    check: Check,
+    student: Any,
+    ref: Any,
+    student_globals: list[dict[str, Any]],
+    student_files: set[str],
+) -> tuple[str, str]:
+    """Run one check (:func:`run_check`) and give its verdict, ``(status, message)``
+    (:func:`outcome`): whatever the check raises becomes the verdict."""
+    try:
+        run_check(exercise, check, student, ref, student_globals)
+    except Exception as caught:  # noqa: BLE001 - every failure becomes a verdict
+        return outcome(caught, student_files)
+    return outcome(None, student_files)
+
+
 @dataclasses.dataclass
 class ExerciseResult:
     """The verdict of one exercise: the results of its checks and the points earned."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import importlib
 import zlib
 from collections.abc import Callable, Iterator, Sequence
@@ -42,10 +43,11 @@ class BuildSpec:
     args: tuple = ()
 
     def __call__(self, namespace: Any) -> Callable[..., Any]:
-        if not self.module.startswith(BUILD_MODULES):
-            raise ValueError(f"builds come from {BUILD_MODULES}*, not {self.module}")
+        if not self.module.startswith(BUILD_MODULES) and self.module != __name__:
+            raise ValueError(f"builds come from {BUILD_MODULES}* or {__name__}, not {self.module}")
         # By name, from a message: the one data-driven import here, and only of the checks'
-        # own modules (a practical's, already imported by the catalog where checks run).
+        # own modules (a practical's, already imported by the catalog where checks run, or
+        # this one, whose drawn() wraps another build).
         factory = getattr(importlib.import_module(self.module), self.name)
         return getattr(factory, "factory", factory)(*self.args)(namespace)
 
@@ -303,6 +305,7 @@ def expect_dropout_only_in_training(
             f"with p_dropout=0.5 and is_train=True the output of {what} equals the evaluation "
             "output: dropout should be active while training (hk.dropout with hk.next_rng_key())"
         )
+
     # At p=0.5 a rate and a keep probability are the same number. Where the student's masks
     # are the reference's (the same key, drawn in the same order), they must stay so at a low
     # rate; keys drawn in another order match at neither, and the statistics judge them.
@@ -352,6 +355,24 @@ def compare_module(
     return params, got
 
 
+def expect_tuple(value: Any, n: int, what: str) -> tuple | list:
+    """``value`` is a tuple (or list) of ``n`` items, as ``what`` should return."""
+    if not isinstance(value, (tuple, list)) or len(value) != n:
+        fail(f"{what} should return a tuple of {n} items; yours returned {kind_of(value)}")
+    return value
+
+
+def expect_same_as_reference(
+    ctx: Any, name: str, *args: Any, static: tuple[int, ...] = (), what: str, hint: str = ""
+) -> Any:
+    """The student's function ``name`` gives the reference's result on ``args``, both under
+    ``jax.jit`` (``static``: its static argument numbers); returns the reference's."""
+    want = jitted(getattr(ctx.ref, name), *static)(*args)
+    got = jitted(getattr(ctx.student, name), *static)(*args)
+    expect_close(got, want, what, hint=hint)
+    return want
+
+
 def kind_of(value: Any) -> str:
     """What a returned value is, in words (for a message)."""
     if isinstance(value, tuple):
@@ -385,6 +406,20 @@ def over_draws(forward: Callable[..., Any], copies: int = DRAWS) -> Callable[...
         return out[0], mean, (centred**2).mean(0), (centred**4).mean(0)
 
     return run
+
+
+@builder
+def drawn(module: str, name: str, args: tuple, copies: int) -> Build:
+    """The build ``module.name(*args)`` (a module in training mode) run through
+    :func:`over_draws` on ``copies`` copies of its inputs; see :func:`draws_of`."""
+    training = BuildSpec(module, name, tuple(args))
+    return lambda namespace: over_draws(training(namespace), copies)
+
+
+def draws_of(training: BuildSpec) -> Callable[[int], BuildSpec]:
+    """``make(copies)`` for :func:`expect_trains_like`, from ``training``: the build of the
+    module in training mode at ``p_dropout=DRAW_P``, the same build a check runs once."""
+    return functools.partial(drawn, training.module, training.name, training.args)
 
 
 def draw_scores(got: Sequence[np.ndarray], want: Sequence[np.ndarray], copies: int) -> np.ndarray:
@@ -476,4 +511,21 @@ def expect_trains_like(
     fail(
         f"in training mode (p_dropout={DRAW_P}) the output of {what} varies otherwise than "
         f"the reference's over {draws} draws of the dropout masks: {found}. {hint}".rstrip()
+    )
+
+
+def expect_module_trains_like(
+    ctx: Any,
+    make: Callable[[float, bool], BuildSpec],
+    *args: Any,
+    what: str,
+    hint: str = "",
+    draws: int = DRAWS,
+) -> None:
+    """:func:`expect_trains_like` for a module that ``make(p_dropout, is_train)`` builds, as
+    :func:`expect_dropout_only_in_training` takes it: trained at ``DRAW_P``, with the
+    parameters of its evaluation mode."""
+    training, evaluation = make(DRAW_P, True), make(0.1, False)
+    expect_trains_like(
+        ctx, draws_of(training), *args, init=evaluation, what=what, hint=hint, draws=draws
     )

@@ -149,7 +149,7 @@ def check_hidden(exercises: Sequence[Any], seeds: int = HIDDEN_SEEDS) -> None:
     """Raise :class:`BundleError` for a hidden exercise that targets a name its practical
     does not define, or whose check the reference fails on one of ``seeds`` fresh grading
     seeds: found here, never by a student's grading."""
-    from m2l_nlp.grading.checks.runner import outcome, reference, run_check
+    from m2l_nlp.grading.checks.runner import judge_check, reference
     from m2l_nlp.grading.checks.tools import seeded
 
     _check_targets(exercises)
@@ -158,12 +158,7 @@ def check_hidden(exercises: Sequence[Any], seeds: int = HIDDEN_SEEDS) -> None:
         for seed in (secrets.randbits(62) + 1 for _ in range(seeds)):
             for chk in ex.checks:
                 with seeded(seed):
-                    try:
-                        run_check(ex, chk, ref, ref, [])
-                        err = None
-                    except Exception as caught:  # noqa: BLE001 - said below
-                        err = caught
-                status, message = outcome(err, set())
+                    status, message = judge_check(ex, chk, ref, ref, [], set())
                 if status != "passed":
                     first = message.strip().splitlines()[0] if message.strip() else status
                     raise BundleError(

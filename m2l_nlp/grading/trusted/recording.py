@@ -9,7 +9,7 @@ from typing import Any
 
 from m2l_nlp.grading.checks.expected import Recorder
 from m2l_nlp.grading.checks.registry import Exercise
-from m2l_nlp.grading.checks.runner import outcome, run_check
+from m2l_nlp.grading.checks.runner import judge_check
 
 
 def record(
@@ -27,12 +27,7 @@ def record(
             continue
         start = time.monotonic()
         for chk in ex.checks:
-            try:
-                run_check(ex, chk, reference, recorder, [])
-                err = None
-            except Exception as caught:  # noqa: BLE001 - reported below
-                err = caught
-            status, message = outcome(err, set())
+            status, message = judge_check(ex, chk, reference, recorder, [], set())
             if status != "passed":
                 raise RuntimeError(f"the reference fails {ex.name}/{chk.name}: {message}")
         recorder.seconds[ex.name] = time.monotonic() - start

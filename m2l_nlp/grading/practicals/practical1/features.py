@@ -11,7 +11,14 @@ import math
 import numpy as np
 
 from m2l_nlp.grading.checks.registry import exercise
-from m2l_nlp.grading.checks.tools import expect_array, expect_close, fail, jitted
+from m2l_nlp.grading.checks.tools import (
+    expect_array,
+    expect_close,
+    expect_same_as_reference,
+    expect_tuple,
+    fail,
+    jitted,
+)
 from m2l_nlp.grading.practicals.practical1.common import PRACTICAL, _random_batch
 
 # Two reviews worked out by hand (V = 6). Row 0: token 3 twice, padding id 0 at the end.
@@ -34,15 +41,6 @@ HAND_BAG = np.concatenate(
     ],
     axis=1,
 )
-
-
-def _expect_tuple(value, n: int, what: str):
-    if not isinstance(value, (tuple, list)) or len(value) != n:
-        kind = type(value).__name__
-        if hasattr(value, "shape"):
-            kind = f"one array of shape {tuple(value.shape)}"
-        fail(f"{what} should return a tuple of {n} arrays; yours returned {kind}")
-    return value
 
 
 # --------------------------------------------------------------------------------------------
@@ -119,9 +117,8 @@ def check_mh_matches_reference(ctx):
     rng = ctx.rng()
     for batch, length, vocab in ((4, 9, 7), (3, 20, 50)):
         ids, mask = _random_batch(rng, batch, length, vocab)
-        want = jitted(ctx.ref.multi_hot, 2)(ids, mask, vocab)
-        got = jitted(ctx.student.multi_hot, 2)(ids, mask, vocab)
-        expect_close(got, want, f"multi_hot on a random ({batch}, {length}) batch, V={vocab}")
+        what = f"multi_hot on a random ({batch}, {length}) batch, V={vocab}"
+        expect_same_as_reference(ctx, "multi_hot", ids, mask, vocab, static=(2,), what=what)
 
 
 # --------------------------------------------------------------------------------------------
@@ -140,7 +137,7 @@ bob = exercise(
 @bob.check
 def check_bigram_ids_hand_example(ctx):
     """The worked example: bucket (a * V + b) % num_buckets, pairs touching padding masked."""
-    out = _expect_tuple(
+    out = expect_tuple(
         jitted(ctx.student.bigram_ids, 2, 3)(HAND_IDS, HAND_MASK, HAND_V, HAND_BUCKETS),
         2,
         "bigram_ids",
@@ -205,14 +202,15 @@ def check_bigrams_match_reference(ctx):
         ids, mask = _random_batch(rng, batch, length, vocab)
         label = f"on a random ({batch}, {length}) batch, V={vocab}, {buckets} buckets"
         want = jitted(ctx.ref.bigram_ids, 2, 3)(ids, mask, vocab, buckets)
-        got = _expect_tuple(
+        got = expect_tuple(
             jitted(ctx.student.bigram_ids, 2, 3)(ids, mask, vocab, buckets), 2, "bigram_ids"
         )
         expect_close(got[1], want[1], f"the pair mask of bigram_ids {label}")
         expect_close(got[0], want[0], f"the buckets of bigram_ids {label}")
-        want = jitted(ctx.ref.bag_of_bigrams, 2, 3)(ids, mask, vocab, buckets)
-        got = jitted(ctx.student.bag_of_bigrams, 2, 3)(ids, mask, vocab, buckets)
-        expect_close(got, want, f"bag_of_bigrams {label}")
+        what = f"bag_of_bigrams {label}"
+        expect_same_as_reference(
+            ctx, "bag_of_bigrams", ids, mask, vocab, buckets, static=(2, 3), what=what
+        )
 
 
 # --------------------------------------------------------------------------------------------
@@ -283,10 +281,5 @@ def check_tfidf_matches_reference(ctx):
     rng = ctx.rng()
     features = (rng.random((6, 9)) < 0.3).astype(np.float32) * rng.integers(1, 4, (6, 9))
     features[2] = 0
-    idf = jitted(ctx.ref.fit_idf)(features)
-    expect_close(jitted(ctx.student.fit_idf)(features), idf, "fit_idf on random features")
-    expect_close(
-        jitted(ctx.student.tfidf)(features, idf),
-        jitted(ctx.ref.tfidf)(features, idf),
-        "tfidf on random features",
-    )
+    idf = expect_same_as_reference(ctx, "fit_idf", features, what="fit_idf on random features")
+    expect_same_as_reference(ctx, "tfidf", features, idf, what="tfidf on random features")

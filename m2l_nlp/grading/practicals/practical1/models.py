@@ -11,6 +11,7 @@ import numpy as np
 from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.checks.tools import (
     builder,
+    compare_module,
     expect_array,
     expect_close,
     expect_dropout_only_in_training,
@@ -19,6 +20,18 @@ from m2l_nlp.grading.checks.tools import (
     run_haiku,
 )
 from m2l_nlp.grading.practicals.practical1.common import PRACTICAL, _random_batch
+
+
+def _expect_one_logit_per_review(out, batch: int, what: str) -> None:
+    """Both models give one float32 logit per review, `(B,)`."""
+    expect_array(
+        out,
+        f"the logits of {what}",
+        shape=(batch,),
+        dtype=np.float32,
+        axes="(B,): drop the last axis of the head's (B, 1) output",
+    )
+
 
 # --------------------------------------------------------------------------------------------
 # 4. mlp_classifier
@@ -49,29 +62,19 @@ def check_mlp_shapes(ctx):
         build = _mlp(hidden, 0.5, False)
         params = run_haiku(build, ctx.ref, None, x)
         out = run_haiku(build, ctx.student, params, x)
-        expect_array(
-            out,
-            f"the logits of MLPClassifier(hidden_sizes={hidden})",
-            shape=(5,),
-            dtype=np.float32,
-            axes="(B,): drop the last axis of the head's (B, 1) output",
-        )
+        _expect_one_logit_per_review(out, 5, f"MLPClassifier(hidden_sizes={hidden})")
 
 
 @mlp.check(gate=True)
 def check_mlp_matches_reference(ctx):
     """Evaluation logits match the reference with the same params (under jax.jit)."""
-    rng = ctx.rng()
-    x = normal(rng, 5, F_IN)
+    x = normal(ctx.rng(), 5, F_IN)
     for hidden in ((8,), (8, 6)):
-        build = _mlp(hidden, 0.5, False)
-        params = perturb(run_haiku(build, ctx.ref, None, x), rng)
-        want = run_haiku(build, ctx.ref, params, x)
-        got = run_haiku(build, ctx.student, params, x, jit=True)
-        expect_close(
-            got,
-            want,
-            f"the logits of MLPClassifier(hidden_sizes={hidden})",
+        compare_module(
+            ctx,
+            _mlp(hidden, 0.5, False),
+            x,
+            names=(f"the logits of MLPClassifier(hidden_sizes={hidden})",),
             hint="Each hidden layer is linear then ReLU; the head is linear with no activation.",
         )
 
@@ -112,29 +115,20 @@ def check_lstm_shape(ctx):
     ids, mask = _random_batch(ctx.rng(), 3, 7, L_VOCAB)
     build = _lstm(0.2, False)
     params = run_haiku(build, ctx.ref, None, ids, mask)
-    expect_array(
-        run_haiku(build, ctx.student, params, ids, mask),
-        "the logits of LSTMClassifier",
-        shape=(3,),
-        dtype=np.float32,
-        axes="(B,)",
-    )
+    out = run_haiku(build, ctx.student, params, ids, mask)
+    _expect_one_logit_per_review(out, 3, "LSTMClassifier")
 
 
 @lstm.check(gate=True)
 def check_lstm_matches_reference_unpadded(ctx):
     """Without padding, the logits match the reference (same params, under jax.jit)."""
-    rng = ctx.rng()
-    ids = rng.integers(1, L_VOCAB, size=(3, 7)).astype(np.int32)
-    mask = np.ones_like(ids)
-    build = _lstm(0.2, False)
-    params = perturb(run_haiku(build, ctx.ref, None, ids, mask), rng)
-    want = run_haiku(build, ctx.ref, params, ids, mask)
-    got = run_haiku(build, ctx.student, params, ids, mask, jit=True)
-    expect_close(
-        got,
-        want,
-        "the logits of LSTMClassifier on reviews without padding",
+    ids = ctx.rng().integers(1, L_VOCAB, size=(3, 7)).astype(np.int32)
+    compare_module(
+        ctx,
+        _lstm(0.2, False),
+        ids,
+        np.ones_like(ids),
+        names=("the logits of LSTMClassifier on reviews without padding",),
         hint="Run the LSTM over the time axis (axis 1 of ids) from position 0 to S - 1, "
         "starting from lstm.initial_state(B), and feed the `hidden` part of the final state "
         "(not `cell`) to the head.",
@@ -144,16 +138,13 @@ def check_lstm_matches_reference_unpadded(ctx):
 @lstm.check(gate=True)
 def check_lstm_matches_reference_padded(ctx):
     """With padding, the logits match the reference (same params, under jax.jit)."""
-    rng = ctx.rng()
-    ids, mask = _random_batch(rng, 4, 8, L_VOCAB)
-    build = _lstm(0.2, False)
-    params = perturb(run_haiku(build, ctx.ref, None, ids, mask), rng)
-    want = run_haiku(build, ctx.ref, params, ids, mask)
-    got = run_haiku(build, ctx.student, params, ids, mask, jit=True)
-    expect_close(
-        got,
-        want,
-        "the logits of LSTMClassifier on padded reviews",
+    ids, mask = _random_batch(ctx.rng(), 4, 8, L_VOCAB)
+    compare_module(
+        ctx,
+        _lstm(0.2, False),
+        ids,
+        mask,
+        names=("the logits of LSTMClassifier on padded reviews",),
         hint="Use the state after the last real token: keep the old state at padded steps.",
     )
 

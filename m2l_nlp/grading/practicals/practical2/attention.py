@@ -12,9 +12,9 @@ from m2l_nlp.grading.checks.tools import (
     expect_array,
     expect_close,
     expect_rows_sum_to_one,
+    expect_tuple,
     fail,
     jitted,
-    kind_of,
     normal,
     perturb,
     run_haiku,
@@ -30,13 +30,6 @@ from m2l_nlp.grading.practicals.practical2.common import (
     _ids_mask,
     _mask,
 )
-
-
-def _expect_tuple(value, n: int, what: str):
-    if not isinstance(value, (tuple, list)) or len(value) != n:
-        fail(f"{what} should return a tuple of {n} items; yours returned {kind_of(value)}")
-    return value
-
 
 # --------------------------------------------------------------------------------------------
 # 1. scaled_dot_product
@@ -56,9 +49,7 @@ def check_shapes(ctx):
     rng = ctx.rng()
     for lead in ((), (2, 3)):
         q, k, v = normal(rng, *lead, 4, 8), normal(rng, *lead, 6, 8), normal(rng, *lead, 6, 5)
-        out = _expect_tuple(
-            jitted(ctx.student.scaled_dot_product)(q, k, v), 2, "scaled_dot_product"
-        )
+        out = expect_tuple(jitted(ctx.student.scaled_dot_product)(q, k, v), 2, "scaled_dot_product")
         axes = "(..., S_q, d_v)" if lead else "(S_q, d_v)"
         expect_array(out[0], "the values", shape=(*lead, 4, 5), dtype=np.float32, axes=axes)
         axes = "(..., S_q, S_k)" if lead else "(S_q, S_k)"
@@ -75,7 +66,7 @@ def check_matches_reference(ctx):
     mask[..., 0] = 1  # every query sees at least one key
     for m in (None, mask):
         want = jitted(ctx.ref.scaled_dot_product)(q, k, v, m)
-        got = _expect_tuple(
+        got = expect_tuple(
             jitted(ctx.student.scaled_dot_product)(q, k, v, m), 2, "scaled_dot_product"
         )
         label = "without a mask" if m is None else "with a mask"
@@ -122,7 +113,7 @@ def check_rows_sum_to_one(ctx):
     """Each row of weights is >= 0 and sums to 1 over the keys."""
     rng = ctx.rng()
     q, k, v = normal(rng, 3, 4, 8), normal(rng, 3, 7, 8), normal(rng, 3, 7, 5)
-    weights = _expect_tuple(
+    weights = expect_tuple(
         jitted(ctx.student.scaled_dot_product)(q, k, v), 2, "scaled_dot_product"
     )[1]
     expect_array(weights, "the attention weights", shape=(3, 4, 7))
@@ -136,7 +127,7 @@ def check_masked_keys_get_zero_weight(ctx):
     q, k, v = normal(rng, 2, 4, 8), normal(rng, 2, 6, 8), normal(rng, 2, 6, 5)
     mask = np.array([[1, 1, 0, 1, 0, 0], [0, 1, 1, 1, 1, 1]], np.int32)[:, None, :]  # (B, 1, S_k)
     for m, label in ((mask, "an int 0/1"), (mask.astype(bool), "a boolean")):
-        weights = _expect_tuple(jitted(ctx.student.scaled_dot_product)(q, k, v, m), 2, "sdp")[1]
+        weights = expect_tuple(jitted(ctx.student.scaled_dot_product)(q, k, v, m), 2, "sdp")[1]
         w = expect_array(weights, "the attention weights", shape=(2, 4, 6), finite=False)
         hidden = np.broadcast_to(m == 0, w.shape)
         if (np.abs(w[hidden]) > 1e-6).any():
@@ -165,7 +156,7 @@ def check_large_scores_stay_finite(ctx):
     rng = ctx.rng()
     q, k, v = 30 * normal(rng, 2, 4, 8), 30 * normal(rng, 2, 6, 8), normal(rng, 2, 6, 5)
     want = jitted(ctx.ref.scaled_dot_product)(q, k, v)
-    got = _expect_tuple(jitted(ctx.student.scaled_dot_product)(q, k, v), 2, "scaled_dot_product")
+    got = expect_tuple(jitted(ctx.student.scaled_dot_product)(q, k, v), 2, "scaled_dot_product")
     hint = (
         "exp of a score above about 88 overflows float32 to inf, and inf / inf is NaN. "
         "jax.nn.softmax avoids this; if you wrote the softmax yourself, subtract each row's "
@@ -274,7 +265,7 @@ def check_mha_shapes(ctx):
         q, k, v = _mha_inputs(rng, s_q, s_k)
         params = run_haiku(_mha_build, ctx.ref, None, q, k, v)
         out = run_haiku(_mha_build, ctx.student, params, q, k, v)
-        out, weights = _expect_tuple(out, 2, "MultiheadAttention")
+        out, weights = expect_tuple(out, 2, "MultiheadAttention")
         expect_array(out, "the output", shape=(B, s_q, D), dtype=np.float32, axes="(B, S_q, D)")
         shape = (B, H, s_q, s_k)
         expect_array(weights, "the attention weights", shape=shape, axes="(B, h, S_q, S_k)")
@@ -357,7 +348,7 @@ def check_mha_matches_reference(ctx):
     params = perturb(run_haiku(_mha_build, ctx.ref, None, q, k, v), ctx.rng("params"))
     want = run_haiku(_mha_build, ctx.ref, params, q, k, v)
     got = run_haiku(_mha_build, ctx.student, params, q, k, v)
-    got = _expect_tuple(got, 2, "MultiheadAttention")
+    got = expect_tuple(got, 2, "MultiheadAttention")
     if ctx.recording:  # the hint's questions, recorded for a handout
         _mha_hint(ctx, params, q, k, v, want, want)
     try:
@@ -427,7 +418,7 @@ def check_mha_padding_gets_zero_weight(ctx):
     pad = _mask(rng, B, 6)
     params = run_haiku(_mha_build, ctx.ref, None, q, k, v, pad)
     out = run_haiku(_mha_build, ctx.student, params, q, k, v, pad)
-    w = expect_array(_expect_tuple(out, 2, "MultiheadAttention")[1], "the attention weights")
+    w = expect_array(expect_tuple(out, 2, "MultiheadAttention")[1], "the attention weights")
     expect_array(w, "the attention weights", shape=(B, H, 4, 6))
     hidden = np.broadcast_to((pad == 0)[:, None, None, :], w.shape)
     if (np.abs(w[hidden]) > 1e-6).any():
@@ -447,9 +438,9 @@ def check_mha_permutation_equivariance(ctx):
     pad = _mask(rng, B, S)
     perm = rng.permutation(S)
     params = perturb(run_haiku(_mha_build, ctx.ref, None, x, x, x, pad), rng)
-    out, w = _expect_tuple(run_haiku(_mha_build, ctx.student, params, x, x, x, pad), 2, "MHA")
+    out, w = expect_tuple(run_haiku(_mha_build, ctx.student, params, x, x, x, pad), 2, "MHA")
     xp, padp = x[:, perm], pad[:, perm]
-    outp, wp = _expect_tuple(run_haiku(_mha_build, ctx.student, params, xp, xp, xp, padp), 2, "MHA")
+    outp, wp = expect_tuple(run_haiku(_mha_build, ctx.student, params, xp, xp, xp, padp), 2, "MHA")
     hint = "Self-attention treats the tokens as a set; each token must be processed alike."
     expect_close(
         outp,

@@ -7,17 +7,14 @@ import numpy as np
 
 from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.checks.tools import (
-    DRAW_P,
     builder,
     compare_module,
     expect_array,
     expect_close,
     expect_dropout_only_in_training,
-    expect_trains_like,
+    expect_module_trains_like,
     fail,
-    kind_of,
     normal,
-    over_draws,
     perturb,
     run_haiku,
 )
@@ -28,7 +25,12 @@ from m2l_nlp.grading.practicals.practical2.common import (
     D,
     H,
     S,
-    _mask,
+    _vectors_mask,
+)
+from m2l_nlp.grading.practicals.stacks import (
+    NO_DROPOUT_OF_ITS_OWN,
+    expect_attention_maps,
+    expect_stack_matches,
 )
 
 # --------------------------------------------------------------------------------------------
@@ -102,25 +104,13 @@ def check_ffn_dropout(ctx):
     )
 
 
-@builder
-def _ffn_draws(copies: int):
-    def build(ns):
-        return over_draws(
-            copies=copies,
-            forward=lambda x: ns.PositionwiseFeedForward(D, FF, DRAW_P, name="ffn")(x, True),
-        )
-
-    return build
-
-
 @ffn.check
 def check_ffn_training_matches_reference(ctx):
     """Training output (p_dropout=0.5) is the reference's: dropout on the hidden layer only."""
-    expect_trains_like(
+    expect_module_trains_like(
         ctx,
-        _ffn_draws,
+        _ffn,
         normal(ctx.rng(), B, S, D),
-        init=_ffn(0.1, False),
         what="PositionwiseFeedForward",
         hint="Dropout goes on the hidden layer (after the ReLU), once, and nowhere else.",
     )
@@ -154,8 +144,7 @@ def _block(p: float, is_train: bool, return_attention: bool = False):
 @block.check(gate=True)
 def check_block_matches_reference(ctx):
     """Evaluation output matches the reference, with a padding mask (under jax.jit)."""
-    rng = ctx.rng()
-    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
+    x, pad = _vectors_mask(ctx.rng())
     compare_module(
         ctx,
         _block(0.1, False),
@@ -170,8 +159,7 @@ def check_block_matches_reference(ctx):
 @block.check
 def check_block_return_attention(ctx):
     """`return_attention=True` gives `(out, weights)`; `False` gives one array."""
-    rng = ctx.rng()
-    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
+    x, pad = _vectors_mask(ctx.rng())
     compare_module(
         ctx,
         _block(0.1, False, True),
@@ -205,8 +193,7 @@ def check_block_post_layer_norm(ctx):
 @block.check
 def check_block_dropout(ctx):
     """Dropout on in training, off in evaluation (no random key needed), p=0 is a no-op."""
-    rng = ctx.rng()
-    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
+    x, pad = _vectors_mask(ctx.rng())
     expect_dropout_only_in_training(
         ctx,
         _block,
@@ -220,7 +207,7 @@ def check_block_dropout(ctx):
 def check_block_permutation_equivariance(ctx):
     """Shuffling the tokens (and the mask) shuffles the output the same way."""
     rng = ctx.rng()
-    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
+    x, pad = _vectors_mask(rng)
     perm = rng.permutation(S)
     build = _block(0.1, False)
     params = perturb(run_haiku(build, ctx.ref, None, x, pad), rng)
@@ -234,17 +221,6 @@ def check_block_permutation_equivariance(ctx):
     )
 
 
-@builder
-def _block_draws(copies: int):
-    def build(ns):
-        return over_draws(
-            copies=copies,
-            forward=lambda x, mask: ns.EncoderBlock(D, H, FF, DRAW_P, name="block")(x, mask, True),
-        )
-
-    return build
-
-
 SUBLAYER_DROPOUT = (
     "Dropout goes on each sub-layer's output (the attention's, the feed-forward's), once, "
     "before the residual is added; the feed-forward gets is_train."
@@ -254,14 +230,12 @@ SUBLAYER_DROPOUT = (
 @block.check
 def check_block_training_matches_reference(ctx):
     """Training output (p_dropout=0.5) is the reference's: dropout on each sub-layer's output."""
-    rng = ctx.rng()
-    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
-    expect_trains_like(
+    x, pad = _vectors_mask(ctx.rng())
+    expect_module_trains_like(
         ctx,
-        _block_draws,
+        _block,
         x,
         pad,
-        init=_block(0.1, False),
         what="EncoderBlock",
         hint=SUBLAYER_DROPOUT,
     )
@@ -298,46 +272,21 @@ def _encoder(p: float, is_train: bool, maps: bool = False):
 @encoder.check(gate=True)
 def check_encoder_matches_reference(ctx):
     """Evaluation output of 3 blocks matches the reference, with a mask (under jax.jit)."""
-    rng = ctx.rng()
-    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
-    compare_module(
-        ctx,
-        _encoder(0.1, False),
-        x,
-        pad,
-        names=("the output of TransformerEncoder",),
-        hint="Apply every block in order, each to the previous block's output, with the mask.",
-    )
+    x, pad = _vectors_mask(ctx.rng())
+    expect_stack_matches(ctx, _encoder(0.1, False), x, pad, what="TransformerEncoder")
 
 
 @encoder.check
 def check_attention_maps(ctx):
     """`get_attention_maps` returns one `(B, h, S, S)` map per block, as the reference."""
-    rng = ctx.rng()
-    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
-    build = _encoder(0.1, False, True)
-    params = perturb(run_haiku(_encoder(0.1, False), ctx.ref, None, x, pad), rng)
-    want = run_haiku(build, ctx.ref, params, x, pad)
-    got = run_haiku(build, ctx.student, params, x, pad)
-    if not isinstance(got, (list, tuple)) or len(got) != LAYERS:
-        fail(
-            f"get_attention_maps should return a list with one map per block ({LAYERS} here); "
-            f"yours returned {kind_of(got) if not isinstance(got, list) else f'{len(got)} items'}"
-        )
-    for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        expect_close(
-            g,
-            w,
-            f"the attention map of block {i}",
-            hint="Each block must see the output of the previous block, as in __call__.",
-        )
+    x, pad = _vectors_mask(ctx.rng())
+    expect_attention_maps(ctx, _encoder(0.1, False), _encoder(0.1, False, True), LAYERS, x, pad)
 
 
 @encoder.check
 def check_encoder_dropout(ctx):
     """`is_train` reaches the blocks: dropout in training, none in evaluation."""
-    rng = ctx.rng()
-    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
+    x, pad = _vectors_mask(ctx.rng())
     expect_dropout_only_in_training(
         ctx,
         _encoder,
@@ -347,30 +296,10 @@ def check_encoder_dropout(ctx):
     )
 
 
-@builder
-def _encoder_draws(copies: int):
-    def build(ns):
-        return over_draws(
-            copies=copies,
-            forward=lambda x, mask: ns.TransformerEncoder(LAYERS, H, D, FF, DRAW_P, name="encoder")(
-                x, mask, is_train=True
-            ),
-        )
-
-    return build
-
-
 @encoder.check
 def check_encoder_training_matches_reference(ctx):
     """Training output (p_dropout=0.5) of 3 blocks is the reference's."""
-    rng = ctx.rng()
-    x, pad = normal(rng, B, S, D), _mask(rng, B, S)
-    expect_trains_like(
-        ctx,
-        _encoder_draws,
-        x,
-        pad,
-        init=_encoder(0.1, False),
-        what="TransformerEncoder",
-        hint="Every block gets is_train; the stack adds no dropout of its own.",
+    x, pad = _vectors_mask(ctx.rng())
+    expect_module_trains_like(
+        ctx, _encoder, x, pad, what="TransformerEncoder", hint=NO_DROPOUT_OF_ITS_OWN
     )

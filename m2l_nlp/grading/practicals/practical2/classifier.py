@@ -8,16 +8,15 @@ import numpy as np
 from m2l_nlp.config import ClassifierConfig
 from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.checks.tools import (
-    DRAW_P,
     builder,
+    compare_module,
     expect_array,
     expect_close,
     expect_dropout_only_in_training,
-    expect_trains_like,
+    expect_module_trains_like,
     fail,
     jitted,
     normal,
-    over_draws,
     perturb,
     run_haiku,
 )
@@ -109,7 +108,7 @@ def _clf_config(pooling: str, p: float = 0.1) -> ClassifierConfig:
 
 
 @builder
-def _clf(pooling: str, p: float, is_train: bool):
+def _clf(p: float, is_train: bool, pooling: str = "mean"):
     config = _clf_config(pooling, p)
 
     def build(ns):
@@ -123,20 +122,17 @@ def _clf(pooling: str, p: float, is_train: bool):
 @clf.check(gate=True, covers=("TransformerClassifier",))
 def check_classifier_matches_reference(ctx):
     """Logits `(B,)` match the reference for every pooling (evaluation, under jax.jit)."""
-    rng = ctx.rng()
-    ids, mask = _ids_mask(rng)
+    ids, mask = _ids_mask(ctx.rng())
     for pooling in POOLINGS:
-        build = _clf(pooling, 0.1, False)
-        params = perturb(run_haiku(build, ctx.ref, None, ids, mask), rng)
-        want = run_haiku(build, ctx.ref, params, ids, mask)
-        got = run_haiku(build, ctx.student, params, ids, mask)
-        expect_array(got, f"the logits (pooling {pooling!r})", shape=(B,), axes="(B,)")
-        expect_close(
-            got,
-            want,
-            f"the logits (pooling {pooling!r})",
+        compare_module(
+            ctx,
+            _clf(0.1, False, pooling),
+            ids,
+            mask,
+            names=(f"the logits (pooling {pooling!r})",),
             hint="Embed, add positions, encode with the mask, pool with config.pooling over "
-            "real tokens, then the head; return one logit per review (drop the last axis).",
+            "real tokens, then the head; return one logit per review `(B,)` (drop the last "
+            "axis).",
         )
 
 
@@ -149,7 +145,7 @@ def check_classifier_padding_invariance(ctx):
     long_mask = np.concatenate([mask, np.zeros((B, 4), np.int32)], 1)
     long_ids[:, :S] = np.where(mask == 0, rng.integers(1, VOCAB, size=(B, S)), ids)
     for pooling in ("mean", "mean_max"):
-        build = _clf(pooling, 0.1, False)
+        build = _clf(0.1, False, pooling)
         params = perturb(run_haiku(build, ctx.ref, None, ids, mask), rng)
         short = expect_array(run_haiku(build, ctx.student, params, ids, mask), "the logits")
         longer = run_haiku(build, ctx.student, params, long_ids, long_mask)
@@ -169,38 +165,22 @@ def check_classifier_dropout(ctx):
     ids, mask = _ids_mask(ctx.rng())
     expect_dropout_only_in_training(
         ctx,
-        lambda p, t: _clf("mean", p, t),
+        _clf,
         ids,
         mask,
         what="TransformerClassifier",
     )
 
 
-@builder
-def _clf_draws(copies: int):
-    config = _clf_config("mean", DRAW_P)
-
-    def build(ns):
-        return over_draws(
-            copies=copies,
-            forward=lambda ids, mask: ns.TransformerClassifier(config, name="classifier")(
-                ids, mask, True
-            ),
-        )
-
-    return build
-
-
 @clf.check
 def check_classifier_training_matches_reference(ctx):
     """Training logits (p_dropout=0.5) of 4 reviews are the reference's."""
     ids, mask = _ids_mask(ctx.rng(), 4)
-    expect_trains_like(
+    expect_module_trains_like(
         ctx,
-        _clf_draws,
+        _clf,
         ids,
         mask,
-        init=_clf("mean", 0.1, False),
         what="TransformerClassifier",
         hint="The positional encoding and the encoder get is_train, and they hold all the "
         "dropout: none on the embedding, the pooled vector or the logits.",

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from m2l_nlp.data.masks import padding_mask
+from m2l_nlp.grading.checks.tools import normal
 
 PRACTICAL = "practical2_transformers"
 
@@ -22,6 +23,11 @@ def _mask(rng: np.random.Generator, batch: int, length: int, min_valid: int = 1)
     if batch > 1:
         lengths[-1] = max(min_valid, length - 2)  # one padded row
     return padding_mask(lengths, length)
+
+
+def _vectors_mask(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A block's inputs: token vectors `(B, S, D)` and a padding mask `(B, S)`."""
+    return normal(rng, B, S, D), _mask(rng, B, S)
 
 
 def _ids_mask(rng, batch=B, length=S):
