@@ -30,8 +30,9 @@ DEFAULT_CHECKPOINT = Path("runs") / DEFAULT_PRESET / "checkpoint"
 DEFAULT_LM_CHECKPOINT = Path("runs") / "char-lm" / "checkpoint"
 DEFAULT_TRANSLATOR = Path("runs") / "translate" / "checkpoint"
 DESCRIPTION = (
-    "m2l-nlp: train the course's sentiment classifiers on IMDB, score your own reviews with "
-    "a trained model, and grade the exercises."
+    "m2l-nlp: train the course's models (sentiment classifiers on IMDB, a character language "
+    "model, an English-Greek translator), use a trained one (predict, generate, translate), "
+    "and grade the exercises."
 )
 
 
@@ -52,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
 
     train = sub.add_parser(
         "train",
-        help="train a classifier on IMDB, print test accuracy, save the run",
+        help="train a preset's model (an IMDB classifier by default), test it, save the run",
         description="Train a preset's model, validate it after each epoch, score the test "
         "reviews once and write the run to --out.",
         epilog=_presets_epilog(),
