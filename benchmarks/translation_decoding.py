@@ -16,13 +16,13 @@ import statistics
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from m2l_nlp import devices
 from m2l_nlp.config import PRESETS
-from m2l_nlp.data.tokenization import BOS_ID, EOS_ID
+from m2l_nlp.data.tokenization import BOS_ID
 from m2l_nlp.model import translators
+from m2l_nlp.runs.translation import LENGTH_PENALTY, Translator
 
 SOURCE = 12
 
@@ -43,37 +43,24 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=256)
     args = parser.parse_args()
     config = PRESETS["translate"].model_config()
-    funcs, practical = translators.translator(config, "solutions")
+    funcs, practical = translators.translator(config, "solutions", start_id=BOS_ID)
     params = translators.init_params(funcs, 0, config.max_len)
     rng = np.random.default_rng(0)
     source = np.zeros((args.batch, config.max_len), np.int32)
     source[:, :SOURCE] = rng.integers(4, config.vocab_size, (args.batch, SOURCE))
     mask = (source != 0).astype(np.int32)
-    start = jnp.full((args.batch,), BOS_ID, jnp.int32)
     print(f"devices: {devices.describe_devices()}; {config}; {args.batch} sentences a batch")
+    translator = Translator(funcs, practical, config, tokenizer=None)  # the programs only
 
-    def program(decoder, beam: int):
-        def run(params, source, mask):
-            state = decoder.start(params, source, mask)
-
-            def step(tokens, at, state):
-                return decoder.step(params, tokens, at, state)
-
-            if beam:
-                return translators.beam_search(step, state, start, config.max_len, EOS_ID, beam)
-            # greedy decoding without an end token: every sentence runs the whole window
-            return practical.greedy_decode(step, state, start, config.max_len, -1)
-
-        jitted = jax.jit(run)
+    def program(cached: bool, beam: int):
+        translator.cached = cached
+        jitted = translator.program(beam, LENGTH_PENALTY)
         return lambda: jitted(params, source, mask)
 
-    cached = translators.cached_decoder(config, practical)
     figures = {
-        "greedy, cached": rate(program(cached, 0), args.batch, args.repeats),
-        "greedy, recomputing": rate(
-            program(translators.recomputing_decoder(config, practical), 0), args.batch, args.repeats
-        ),
-        "beam 4, cached": rate(program(cached, 4), args.batch, args.repeats),
+        "greedy, cached": rate(program(True, 0), args.batch, args.repeats),
+        "greedy, recomputing": rate(program(False, 0), args.batch, args.repeats),
+        "beam 4, cached": rate(program(True, 4), args.batch, args.repeats),
     }
     for name, figure in figures.items():
         print(f"{name:<20} {figure:8.1f} sentences/s")

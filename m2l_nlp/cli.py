@@ -328,36 +328,9 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _print_result(run: Any, out: Path, elapsed: float) -> None:
-    from m2l_nlp.runs.language_model import LanguageModelRun
-    from m2l_nlp.runs.translation import TranslationRun
-
-    history = run.history
-    # their test lines came with the log
-    language_model = isinstance(run, LanguageModelRun | TranslationRun)
-    if isinstance(run, TranslationRun):
-        summary = ", ".join(f"{c:.1f}" for c in run.metrics["val_chrf"])
-        print(f"validation chrF per epoch: {summary or '-'}")
-    elif language_model:
-        summary = ", ".join(f"{b:.3f}" for b in history.get("val_loss", []))
-        print(f"validation bits per character per epoch: {summary or '-'}")
-    elif "val_acc" in history:
-        summary = ", ".join(f"{100 * a:.2f}" for a in history["val_acc"])
-        print(
-            f"validation accuracy per epoch (%): {summary}; kept epoch {run.metrics['best_epoch']}"
-        )
-    if language_model:
-        print(f"total time: {elapsed:.0f}s")
-    elif run.test is None:
-        print(f"total time: {elapsed:.0f}s (test set not evaluated: --no-test)")
-    else:
-        test, c = run.test, run.test.confusion
-        print(f"test accuracy: {test.accuracy:.4f} ({test.count} reviews), loss {test.loss:.4f}")
-        print("confusion matrix [true, predicted] (rows/cols: neg, pos):")
-        print(
-            f"            pred neg  pred pos\n  true neg  {c[0, 0]:8d}  {c[0, 1]:8d}\n"
-            f"  true pos  {c[1, 0]:8d}  {c[1, 1]:8d}"
-        )
-        print(f"total time: {elapsed:.0f}s")
+    for line in run.kind.summary(run):  # the test lines of the other kinds came with the log
+        print(line)
+    print(f"total time: {elapsed:.0f}s")
     metrics = run.metrics
     print(
         f"compilation: {metrics['compiled_programs']} XLA programs (compiled, or loaded from the "
@@ -456,6 +429,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_translate(args: argparse.Namespace) -> int:
+    from m2l_nlp.data.tokenization import BOS_ID
     from m2l_nlp.model.translators import BeamTooWide, translator
     from m2l_nlp.runs.checkpoint import TRANSLATOR, load_checkpoint
     from m2l_nlp.runs.predict_input import read_reviews
@@ -472,7 +446,7 @@ def cmd_translate(args: argparse.Namespace) -> int:
         names += [f"{'standard input' if file == '-' else file}, line {n}" for n, _ in lines]
     path = Path(args.checkpoint) if args.checkpoint else DEFAULT_TRANSLATOR
     checkpoint = load_checkpoint(path, TRANSLATOR)  # CheckpointError: reported by main
-    funcs, practical = translator(checkpoint.config, args.impl)
+    funcs, practical = translator(checkpoint.config, args.impl, start_id=BOS_ID)
     model = Translator(funcs, practical, checkpoint.config, checkpoint.tokenizer)
     for note in reading_notes(checkpoint.tokenizer, texts, checkpoint.config.max_len, names):
         print(f"note: {note}", file=sys.stderr)

@@ -513,7 +513,7 @@ PRESETS["translate"] = Preset(
         weight_decay=0.01,
         warmup_fraction=0.05,
         keep_best=False,
-        widths=(16, 24, 32, 48, 64),  # a row is twice its longer sentence: most are short
+        widths=(8, 12, 16, 24, 32),  # a pair is as wide as its longer sentence: most are short
     ),
     val_size=0,  # the split is by sentence component (m2l_nlp.data.tatoeba.split_pairs)
     architecture=TRANSLATION,

@@ -73,7 +73,8 @@ def test_gather_crops_a_window_and_masks_it(random_split):
     lengths = mask.sum(1)
     idx = jnp.arange(6)
     starts = jnp.asarray(np.maximum(lengths - 16, 0) // 2, jnp.int32)
-    got_ids, got_mask, got_labels = batching.gather(data, idx, starts, 16)
+    (got_ids, got_mask), got_labels, weights = batching.gather(data, idx, starts, 16)
+    assert weights is None  # a label per review: every one counts
     for i in range(6):
         s = int(starts[i])
         window = ids[i, s : s + 16]

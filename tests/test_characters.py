@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from m2l_nlp.data import characters
-from m2l_nlp.data.characters import NOTHING, PAD, UNKNOWN, CharVocab
+from m2l_nlp.data.characters import PAD, UNKNOWN, CharVocab
 
 TRAIN = ["the cat sat on the mat. " * 3, "a hat, the cat, that rat. " * 3]
 
@@ -29,9 +29,10 @@ def test_windows_label_each_position_with_the_next_character():
     assert win.ids.shape == (3, 4)  # "abcd" + "efg" (padded), "ab"
     assert vocab.decode(win.ids[0]) == "abcd" and vocab.decode(win.labels[0]) == "bcde"
     assert vocab.decode(win.ids[1]) == "efg" and vocab.decode(win.labels[1][:2]) == "fg"
-    assert win.labels[1].tolist()[2:] == [NOTHING, NOTHING]  # the review ends: no target
+    assert win.weights[1].tolist() == [1, 1, 0, 0]  # the review ends: no target after it
     assert win.mask[1].tolist() == [1, 1, 1, 0]
-    assert win.labels[2].tolist() == [vocab.encode("b")[0], NOTHING, NOTHING, NOTHING]
+    assert win.labels[2].tolist()[0] == vocab.encode("b")[0]
+    assert win.weights[2].tolist() == [1, 0, 0, 0]
     assert win.targets == 4 + 2 + 1  # every character but the first of each review
 
 

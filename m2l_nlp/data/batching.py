@@ -45,11 +45,17 @@ CPU_MICRO_BATCH_CELLS = 2**19
 
 
 class DeviceData(NamedTuple):
-    """An encoded split on the device(s): ids ``(N, S)``, lengths ``(N,)``, labels ``(N, ...)``."""
+    """An encoded split on the device(s).
 
-    ids: jax.Array
+    ``ids``: the model's token ids, one ``(N, S)`` array, or a tuple of them (a translation
+    pair's source and target), each right-padded with 0; ``lengths (N,)``: a row's longest
+    part; ``labels (N, ...)``; ``weights``: None (every label counts), or ``(N, S)`` for a
+    label per token, 1 where a token has a label to predict and 0 where it has none."""
+
+    ids: jax.Array | tuple[jax.Array, ...]
     lengths: jax.Array
     labels: jax.Array
+    weights: jax.Array | None = None
 
 
 def token_lengths(mask: np.ndarray) -> np.ndarray:
@@ -65,23 +71,47 @@ def token_lengths(mask: np.ndarray) -> np.ndarray:
 
 
 def put_data(
-    ids: np.ndarray, mask: np.ndarray, labels: np.ndarray, mesh=None, binary: bool = True
+    ids: np.ndarray | tuple[np.ndarray, ...],
+    mask: np.ndarray,
+    labels: np.ndarray,
+    weights: np.ndarray | None = None,
+    *,
+    mesh=None,
+    binary: bool = True,
 ) -> DeviceData:
     """Check an encoded split and copy it once to every device of ``mesh``.
 
-    ``labels`` are ``(N,)`` in {0, 1} for a ``binary`` task, else ``(N, ...)`` class ids
-    (e.g. ``(N, S)``, a label per token).
+    ``ids`` and ``mask`` are ``(N, S)`` (or ``ids`` a tuple of such arrays, each
+    right-padded with 0, and ``mask`` the union of their tokens). ``labels`` are ``(N,)`` in
+    {0, 1} for a ``binary`` task, else ``(N, ...)`` class ids (e.g. ``(N, S)``, a label per
+    token, with its ``weights``).
     """
-    ids, labels = np.asarray(ids), np.asarray(labels)
-    rows_ok = labels.shape == (ids.shape[0],) if binary else labels.shape[:1] == ids.shape[:1]
-    if ids.ndim != 2 or np.shape(mask) != ids.shape or not rows_ok:
+    parts = tuple(np.asarray(i) for i in ids) if isinstance(ids, tuple) else (np.asarray(ids),)
+    labels, first = np.asarray(labels), parts[0]
+    rows_ok = labels.shape == (first.shape[0],) if binary else labels.shape[:1] == first.shape[:1]
+    if (
+        any(p.shape != first.shape for p in parts)
+        or first.ndim != 2
+        or not rows_ok
+        or (np.shape(mask) != first.shape)
+    ):
         raise ValueError(
-            f"expected ids and mask of shape (N, S) and labels (N,), got ids {ids.shape}, "
-            f"mask {np.shape(mask)}, labels {labels.shape}"
+            f"expected ids and mask of shape (N, S) and labels (N,), got ids "
+            f"{[p.shape for p in parts]}, mask {np.shape(mask)}, labels {labels.shape}"
         )
+    if weights is not None and np.shape(weights) != labels.shape:
+        raise ValueError(f"weights {np.shape(weights)} must have the labels' shape {labels.shape}")
     if binary and labels.size and not np.isin(labels, (0, 1)).all():
         raise ValueError("labels must be 0 (negative) or 1 (positive)")
-    host = DeviceData(ids.astype(np.int32), token_lengths(mask), labels.astype(np.int32))
+    if len(parts) > 1:
+        for part in parts:
+            token_lengths(part != 0)  # each part right-padded: its mask is its tokens
+    host = DeviceData(
+        tuple(p.astype(np.int32) for p in parts) if len(parts) > 1 else first.astype(np.int32),
+        token_lengths(mask),
+        labels.astype(np.int32),
+        None if weights is None else np.asarray(weights, np.float32),
+    )
     return devices.put_replicated(host, mesh or devices.make_mesh())
 
 
@@ -213,24 +243,34 @@ def eval_plan(
 
 
 def gather(data: DeviceData, idx: jax.Array, starts: jax.Array, width: int):
-    """Batch ``ids, mask (B, width)`` and ``labels (B, ...)`` from device data (inside jit).
+    """A batch cut from device data (inside jit): ``(inputs, labels, weights)``.
 
-    Labels with a token axis (``(N, S)``, a label per token) are cut to the same window as
-    the ids.
+    ``inputs`` are ``(ids, mask)``, each ``(B, width)`` (for a tuple of ids, an ``(ids,
+    mask)`` pair per part, each part's mask its own tokens); ``labels (B, ...)`` and the
+    per-token ``weights`` (or None) are cut to the same window as the ids.
     """
     lengths = data.lengths[idx]
-    rows = data.ids[idx]
     labels = data.labels[idx]
-    if width == rows.shape[1]:
-        positions = jnp.broadcast_to(jnp.arange(width), rows.shape)
+    weights = None if data.weights is None else data.weights[idx]
+    parts = data.ids if isinstance(data.ids, tuple) else (data.ids,)
+    rows = [part[idx] for part in parts]
+    if width == rows[0].shape[1]:
+        positions = jnp.broadcast_to(jnp.arange(width), rows[0].shape)
     else:
         positions = starts[:, None] + jnp.arange(width)[None, :]
-        clipped = jnp.minimum(positions, rows.shape[1] - 1)
-        rows = jnp.take_along_axis(rows, clipped, axis=1)
+        clipped = jnp.minimum(positions, rows[0].shape[1] - 1)
+        rows = [jnp.take_along_axis(r, clipped, axis=1) for r in rows]
         if labels.ndim == 2:
             labels = jnp.take_along_axis(labels, clipped, axis=1)
+        if weights is not None:
+            weights = jnp.take_along_axis(weights, clipped, axis=1)
     mask = (positions < lengths[:, None]).astype(jnp.int32)
-    return rows * mask, mask, labels
+    if len(rows) == 1:
+        return (rows[0] * mask, mask), labels, weights
+    inputs = []
+    for r in rows:  # each part padded with 0 after its own tokens
+        inputs += [r * mask, ((r != 0) & (mask != 0)).astype(jnp.int32)]
+    return tuple(inputs), labels, weights
 
 
 def windows(lengths: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:

@@ -3,9 +3,9 @@
 The vocabulary is the most frequent characters of the training reviews (most frequent
 first); id 0 is padding and id 1 stands for any other character. A review becomes windows
 of ``width`` consecutive characters; each position's label is the next character of the
-review (-1 where the review ends, so nothing is predicted there). :func:`char_bits` scores
-the two baselines a language model must beat: the unigram and the bigram character models
-of the training text (add-one smoothing).
+review, with a weight of 1 (0 where the review ends: nothing is predicted there).
+:func:`char_bits` scores the two baselines a language model must beat: the unigram and the
+bigram character models of the training text (add-one smoothing).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 
 PAD, UNKNOWN = 0, 1
-NOTHING = -1  # the label of a position with no next character
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,19 +64,21 @@ def build_vocab(texts: Iterable[str], max_count: int, min_count: int = 5) -> Cha
 
 @dataclasses.dataclass(frozen=True)
 class Windows:
-    """Windows of characters: ``ids``, ``mask`` and next-character ``labels``, each ``(N, W)``."""
+    """Windows of characters: ``ids``, ``mask``, next-character ``labels`` and their
+    ``weights`` (1 where there is a next character, else 0), each ``(N, W)``."""
 
     ids: np.ndarray
     mask: np.ndarray
     labels: np.ndarray
+    weights: np.ndarray
 
-    def split(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        return self.ids, self.mask, self.labels
+    def split(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        return self.ids, self.mask, self.labels, self.weights
 
     @property
     def targets(self) -> int:
         """How many positions have a character to predict."""
-        return int((self.labels >= 0).sum())
+        return int(self.weights.sum())
 
 
 def windows(texts: Sequence[str], vocab: CharVocab, width: int) -> Windows:
@@ -91,13 +92,14 @@ def windows(texts: Sequence[str], vocab: CharVocab, width: int) -> Windows:
             nxt = ids[start + 1 : start + width + 1]
             row = np.zeros(width, np.int32)
             row[: len(chunk)] = chunk
-            label = np.full(width, NOTHING, np.int32)
+            label = np.zeros(width, np.int32)
             label[: len(nxt)] = nxt
             rows.append(row)
             labels.append(label)
     ids = np.stack(rows) if rows else np.zeros((0, width), np.int32)
     labels = np.stack(labels) if labels else np.zeros((0, width), np.int32)
-    return Windows(ids, (ids != PAD).astype(np.int32), labels)
+    # every next character is a real one (ids >= 1): padding marks where there is none
+    return Windows(ids, (ids != PAD).astype(np.int32), labels, (labels != PAD).astype(np.int32))
 
 
 def char_bits(train: Sequence[str], held_out: Sequence[str], vocab: CharVocab) -> dict[str, float]:

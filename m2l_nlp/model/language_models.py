@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import haiku as hk
@@ -11,7 +10,8 @@ import numpy as np
 
 from m2l_nlp.config import LanguageModelConfig
 from m2l_nlp.impl import Impl, practical_namespace
-from m2l_nlp.transform import ModelFuncs, funcs_from_stateful
+from m2l_nlp.model import generation
+from m2l_nlp.transform import ModelFuncs, funcs_from_stateful, pure_apply
 
 PRACTICAL = "practical3_translation"
 
@@ -22,19 +22,23 @@ def language_model(config: LanguageModelConfig, impl: Impl = "solutions") -> tup
     practical = practical_namespace(PRACTICAL, impl)
 
     def forward(input_ids, mask, is_train=True):
-        return practical.language_model_forward(input_ids, mask, is_train, config)
+        return practical.CharLanguageModel(config, name="char_lm")(input_ids, mask, is_train)
 
     return funcs_from_stateful(forward), practical
 
 
-def cached_step(config: LanguageModelConfig, practical: Any) -> Callable:
-    """``step(params, ids (B, S), caches, at)``: the practical's ``language_model_step``
-    (logits ``(B, S, V)`` and the caches), transformed with the forward's parameter names."""
+def decoder(config: LanguageModelConfig, practical: Any) -> generation.Decode:
+    """``decode(params, ids, mask, (), caches=None, at=0)``: the practical's
+    ``CharLanguageModel`` in evaluation mode (:data:`generation.Decode`), with the forward's
+    parameter names."""
 
-    def step(input_ids, caches, at):
-        return practical.language_model_step(input_ids, caches, at, config)
+    def decode(input_ids, mask, context, caches=None, at=0):
+        model = practical.CharLanguageModel(config, name="char_lm")
+        if caches is None:  # as the forward calls it: a model without a cache still reads
+            return model(input_ids, mask, False)
+        return model(input_ids, mask, False, caches=caches, at=at)
 
-    return hk.without_apply_rng(hk.transform(step)).apply
+    return pure_apply(decode)
 
 
 def init_params(funcs: ModelFuncs, seed: int, width: int) -> hk.Params:

@@ -1,68 +1,71 @@
 """Practical 3's translator, from the practical's file (or a notebook), and how it decodes.
 
-Training reads the practical's ``translation_forward`` (a source and its target packed in
-one row). Translating reads one target position at a time through a :class:`Decoder`:
-
-- :func:`cached_decoder`: the practical's ``start_translation`` (the encoder, once per
-  sentence) and ``translation_step`` (the student's decoder, with every block's
-  self-attention answered from a key/value cache by the student's ``attend_with_cache``);
-- :func:`recomputing_decoder`: the same model without a cache, the whole target prefix read
-  again at every position (where ``attend_with_cache`` is not written yet).
-
-:func:`check_decoder` compares a decoder with the model's own forward before it is used.
-The loops over positions are the student's ``greedy_decode`` and the course's
-:func:`beam_search`; both see only ``step(tokens, at, state)``.
+Training reads the student's ``Transformer`` on a source and its target
+(:func:`translator`). Translating reads the source once through :func:`encoder` (the
+student's ``Transformer.encode``), then the target one position at a time through
+:func:`decoder` (the student's ``Transformer.decode``, with caches or without): the steps,
+the check of the cache and the loops over positions (the student's ``greedy_decode``, the
+course's beam search) are :mod:`m2l_nlp.model.generation`'s, shared with the language model.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import haiku as hk
 import jax
-import jax.numpy as jnp
 import numpy as np
 
 from m2l_nlp.config import Preset, TranslationConfig
 from m2l_nlp.impl import Impl, practical_namespace
+from m2l_nlp.model import generation
 from m2l_nlp.model.classifiers import ModelOutputError
-from m2l_nlp.transform import ModelFuncs, funcs_from_stateful
+from m2l_nlp.transform import ModelFuncs, funcs_from_stateful, pure_apply
 
 PRACTICAL = "practical3_translation"
-# step(tokens (B,), at, state) -> logits (B, V) of the next token, and the state
-Step = Callable[[jax.Array, jax.Array, Any], tuple[jax.Array, Any]]
 
 
-def translator(config: TranslationConfig, impl: Impl = "solutions") -> tuple[ModelFuncs, Any]:
-    """The model's functions (logits ``(B, W, V)`` of packed rows ``(B, W)``, the target's
-    at the odd columns: :mod:`m2l_nlp.data.translation`) and the practical's namespace."""
+def translator(
+    config: TranslationConfig, impl: Impl = "solutions", *, start_id: int
+) -> tuple[ModelFuncs, Any]:
+    """The model's functions (logits ``(B, T, V)`` of the target tokens, given
+    ``(source, source_mask, target, target_mask)``, each ``(B, T)``: the pairs of
+    :mod:`m2l_nlp.data.translation`) and the practical's namespace.
+
+    The student's ``Transformer`` reads the target shifted right behind the start token
+    (their ``shift_right``: teacher forcing), so position ``t`` scores target token ``t``;
+    ``start_id`` is the tokenizer's start token."""
     practical = practical_namespace(PRACTICAL, impl)
 
-    def forward(ids, mask, is_train=True):
-        return practical.translation_forward(ids, mask, is_train, config)
+    def forward(source, source_mask, target, target_mask, is_train=True):
+        model = practical.Transformer(config, name="transformer")
+        inputs = practical.shift_right(target, start_id)
+        input_mask = practical.shift_right(target_mask, 1)  # the start token is real
+        return model(source, source_mask, inputs, input_mask, is_train)
 
     return funcs_from_stateful(forward), practical
 
 
 def init_params(funcs: ModelFuncs, seed: int, max_len: int) -> hk.Params:
-    ids = np.ones((1, 2 * max_len), np.int32)
-    return funcs.init_params(jax.random.PRNGKey(seed), ids, ids, True)
+    ids = np.ones((1, max_len), np.int32)
+    return funcs.init_params(jax.random.PRNGKey(seed), ids, ids, ids, ids, True)
 
 
 def check_output(logits: Any, rows: int, width: int, vocab: int, impl: Impl) -> None:
-    """Raise :class:`ModelOutputError` unless ``logits`` (the output for ``rows`` packed rows
-    of ``width`` columns, or its shape and dtype) is ``(rows, width, vocab)`` of finite floats."""
+    """Raise :class:`ModelOutputError` unless ``logits`` (the output for ``rows`` pairs of
+    ``width`` target tokens, or its shape and dtype) is ``(rows, width, vocab)`` of finite
+    floats."""
     where = '`pytest -m transformer` (or check("transformer", ...) in a notebook) says what'
     where += " is wrong"
     impl = impl if isinstance(impl, str) else "your notebook's cells"
     shape, dtype = tuple(logits.shape), np.dtype(logits.dtype)
     if shape != (rows, width, vocab) or not np.issubdtype(dtype, np.floating):
         raise ModelOutputError(
-            f"the translator ({impl}) gives {dtype.name} of shape {shape} for {rows} rows of "
-            f"{width} columns; it should give float logits of shape ({rows}, {width}, {vocab}), "
-            f"one per token of the vocabulary at every column: {where}"
+            f"the translator ({impl}) gives {dtype.name} of shape {shape} for {rows} targets "
+            f"of {width} tokens; it should give float logits of shape ({rows}, {width}, "
+            f"{vocab}), one per token of the vocabulary at every target position: {where}"
         )
     if isinstance(logits, np.ndarray | jax.Array) and not np.isfinite(np.asarray(logits)).all():
         raise ModelOutputError(
@@ -75,10 +78,12 @@ def check_builds(preset: Preset, impl: Impl) -> None:
     traced only: an exercise still to do raises its ``NotImplementedError`` here, before a
     run folder is opened."""
     config = preset.model_config(16)
-    funcs, _ = translator(config, impl)
-    rows = np.ones((2, 8), np.int32)
-    params = jax.eval_shape(lambda k: funcs.init_params(k, rows, rows, True), jax.random.PRNGKey(0))
-    logits = jax.eval_shape(lambda p: funcs.model_fw.apply(p, rows, rows, False), params)
+    funcs, _ = translator(config, impl, start_id=1)  # shapes only: any start token
+    ids = np.ones((2, 8), np.int32)
+    params = jax.eval_shape(
+        lambda k: funcs.init_params(k, ids, ids, ids, ids, True), jax.random.PRNGKey(0)
+    )
+    logits = jax.eval_shape(lambda p: funcs.model_fw.apply(p, ids, ids, ids, ids, False), params)
     check_output(logits, 2, 8, 16, impl)
 
 
@@ -141,124 +146,29 @@ def fit_beams(need: int, rows: int, beam: int, free: int, share: float = 0.9) ->
     )
 
 
-class Decoder(NamedTuple):
-    """``start(params, source_ids, source_mask) -> state`` and ``step(params, tokens (B,),
-    at, state) -> (logits (B, V), state)``: translating one position at a time."""
+def encoder(config: TranslationConfig, practical: Any) -> Callable:
+    """``encode(params, source_ids, source_mask) -> memory (B, S, D)``: the practical's
+    ``Transformer.encode`` in evaluation mode."""
 
-    start: Callable
-    step: Callable
-    cached: bool
+    def encode(source_ids, source_mask):
+        return practical.Transformer(config, name="transformer").encode(
+            source_ids, source_mask, False
+        )
 
-
-def cached_decoder(config: TranslationConfig, practical: Any) -> Decoder:
-    """The practical's own step, through the key/value cache."""
-
-    def start(source_ids, source_mask):
-        return practical.start_translation(source_ids, source_mask, config)
-
-    def step(tokens, at, state):
-        return practical.translation_step(tokens, at, state, config)
-
-    pure = hk.without_apply_rng
-    return Decoder(pure(hk.transform(start)).apply, pure(hk.transform(step)).apply, True)
+    return pure_apply(encode)
 
 
-class _Prefix(NamedTuple):
-    memory: jax.Array  # (B, S, D)
-    source_mask: jax.Array  # (B, S)
-    ids: jax.Array  # (B, L): the target read so far
+def decoder(config: TranslationConfig, practical: Any) -> generation.Decode:
+    """``decode(params, ids, mask, (memory, source_mask), caches=None, at=0)``: the
+    practical's ``Transformer.decode`` in evaluation mode (:data:`generation.Decode`)."""
 
+    def decode(target_ids, target_mask, context, caches=None, at=0):
+        memory, source_mask = context
+        model = practical.Transformer(config, name="transformer")
+        if caches is None:  # as the forward calls it: a model without a cache still reads
+            return model.decode(target_ids, target_mask, memory, source_mask, False)
+        return model.decode(
+            target_ids, target_mask, memory, source_mask, False, caches=caches, at=at
+        )
 
-def recomputing_decoder(config: TranslationConfig, practical: Any) -> Decoder:
-    """The same model without a cache: every step reads the whole prefix again."""
-
-    def model():
-        return practical.Transformer(config, name="transformer")
-
-    def start(source_ids, source_mask):
-        memory = model().encode(source_ids, source_mask, False)
-        ids = jnp.zeros((source_ids.shape[0], config.max_len), jnp.int32)
-        return _Prefix(memory, source_mask, ids)
-
-    def step(tokens, at, state):
-        ids = jax.lax.dynamic_update_index_in_dim(state.ids, tokens.astype(jnp.int32), at, 1)
-        mask = jnp.broadcast_to(jnp.arange(config.max_len) <= at, ids.shape).astype(jnp.int32)
-        logits = model().decode(ids, mask, state.memory, state.source_mask, False)
-        return jax.lax.dynamic_index_in_dim(logits, at, 1, keepdims=False), state._replace(ids=ids)
-
-    pure = hk.without_apply_rng
-    return Decoder(pure(hk.transform(start)).apply, pure(hk.transform(step)).apply, False)
-
-
-def check_decoder(
-    params: Any, decoder: Decoder, funcs: ModelFuncs, rows: np.ndarray, bos: int
-) -> None:
-    """Raise ``ValueError`` (one line) unless ``decoder``, reading the targets of packed
-    ``rows (B, 2L)`` one position at a time, gives the forward's logits at every real one."""
-    want = np.asarray(funcs.predict_fw(params, rows, np.ones_like(rows)))[:, 1::2]
-    source, target = rows[:, 0::2], rows[:, 1::2]
-    inputs = np.concatenate([np.full((len(rows), 1), bos), target[:, :-1]], axis=1)
-    state = decoder.start(params, jnp.asarray(source), jnp.asarray((source != 0).astype(np.int32)))
-    step = jax.jit(decoder.step)
-    real = np.concatenate([np.ones((len(rows), 1), bool), target[:, :-1] != 0], axis=1)
-    for at in range(int(real.sum(1).max())):
-        logits, state = step(params, jnp.asarray(inputs[:, at].astype(np.int32)), at, state)
-        got, ok = np.asarray(logits), real[:, at]
-        if got.shape != want[:, at].shape or not np.allclose(
-            got[ok], want[ok, at], atol=1e-3, rtol=1e-3
-        ):
-            raise ValueError(
-                "the key/value cache does not give this model's own logits (check "
-                "attend_with_cache with `pytest -m attention_cache`)"
-            )
-
-
-def beam_search(
-    step: Step,
-    state: Any,
-    start: jax.Array,
-    max_len: int,
-    end_id: int,
-    width: int,
-    length_penalty: float = 0.6,
-) -> jax.Array:
-    """The most likely translation of each row that ``width`` beams find: ids ``(B,
-    max_len)``, padding after the end token. Beams grow by total log-probability; the
-    finished ones are ranked at the end by it divided by ``((5 + length) / 6) **
-    length_penalty`` (0: no penalty), so that short translations do not win for being short.
-
-    ``state`` leaves have the batch first; each row's state is copied to its ``width`` beams
-    (rows ``b * width + k``) and follows its beam when beams are reordered."""
-    batch = start.shape[0]
-    state = jax.tree_util.tree_map(lambda x: jnp.repeat(x, width, axis=0), state)
-    tokens = jnp.repeat(start, width)
-    first = jnp.where(jnp.arange(width) == 0, 0.0, -jnp.inf)
-    scores = jnp.broadcast_to(first, (batch, width))
-    seqs = jnp.zeros((batch, width, max_len), jnp.int32)
-    done = jnp.zeros((batch, width), bool)
-    lengths = jnp.zeros((batch, width), jnp.int32)
-
-    def body(at, carry):
-        tokens, state, scores, seqs, done, lengths = carry
-        logits, state = step(tokens, at, state)
-        vocab = logits.shape[-1]
-        log_probs = jax.nn.log_softmax(logits.astype(jnp.float32)).reshape(batch, width, vocab)
-        padding_only = jnp.where(jnp.arange(vocab) == 0, 0.0, -jnp.inf)
-        log_probs = jnp.where(done[..., None], padding_only, log_probs)  # a finished beam stays
-        best, flat = jax.lax.top_k((scores[..., None] + log_probs).reshape(batch, -1), width)
-        parent, token = flat // vocab, (flat % vocab).astype(jnp.int32)
-
-        def follow(x):  # (batch, width, ...) reordered by parent
-            return jnp.take_along_axis(x, parent.reshape(*parent.shape, *[1] * (x.ndim - 2)), 1)
-
-        finished = follow(done)
-        seqs = follow(seqs).at[:, :, at].set(token)
-        lengths = follow(lengths) + (~finished).astype(jnp.int32)
-        rows = (jnp.arange(batch)[:, None] * width + parent).reshape(-1)
-        state = jax.tree_util.tree_map(lambda x: x[rows], state)
-        return token.reshape(-1), state, best, seqs, finished | (token == end_id), lengths
-
-    carry = (tokens, state, scores, seqs, done, lengths)
-    _, _, scores, seqs, _, lengths = jax.lax.fori_loop(0, max_len, body, carry)
-    ranked = scores / ((5.0 + lengths) / 6.0) ** length_penalty
-    return seqs[jnp.arange(batch), jnp.argmax(ranked, axis=1)]
+    return pure_apply(decode)

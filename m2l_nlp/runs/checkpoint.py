@@ -545,10 +545,19 @@ def predict(
     )
 
 
-def save_run(out: str | os.PathLike, run: Any, settings: Any, data: Any) -> None:
-    """Write what :func:`m2l_nlp.runs.experiment.train_and_evaluate` made into the folder ``out``:
-    ``metrics.json``, the training curves and (test runs) the confusion matrix, and for the
-    transformer a ``checkpoint/`` that ``m2l-nlp predict`` reads."""
+def save_run(
+    out: str | os.PathLike,
+    run: Any,
+    settings: Any,
+    tokenizer: Any,
+    *,
+    checkpoint: bool,
+    bigram_table: np.ndarray | None = None,
+) -> None:
+    """Write what :func:`m2l_nlp.runs.experiment.train_and_evaluate` made into the folder
+    ``out``, for every kind of model: ``metrics.json``, the training curves, the test
+    confusion matrix where there is one, and with ``checkpoint`` the ``checkpoint/`` that
+    the kind's command reads (its manifest names ``run.kind``)."""
     import dataclasses
 
     from m2l_nlp import plotting
@@ -556,19 +565,19 @@ def save_run(out: str | os.PathLike, run: Any, settings: Any, data: Any) -> None
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    if run.test is not None and isinstance(run.config, ClassifierConfig):  # not a baseline
+    if checkpoint:
         meta = dict(run.metrics, settings=dataclasses.asdict(settings), history=run.history)
         save_checkpoint(
             out / "checkpoint",
-            CLASSIFIER,
+            run.kind.name,
             run.params,
             run.config,
-            data.tokenizer,
+            tokenizer,
             meta=meta,
-            bigram_table=data.bigram_table,
+            bigram_table=bigram_table,
         )
     write_json_atomic(out / "metrics.json", dict(run.metrics, history=run.history))
-    curves = plotting.plot_training_curves(run.history, title="Training curves")
+    curves = plotting.plot_training_curves(run.history, title=run.kind.curves_title)
     plotting.save_figure(curves, out / "training_curves.png")
     if run.test is not None and run.test.confusion is not None:
         matrix = plotting.plot_confusion_matrix(run.test.confusion, title="Test confusion matrix")

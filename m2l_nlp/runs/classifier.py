@@ -16,6 +16,7 @@ import numpy as np
 
 from m2l_nlp.config import Preset
 from m2l_nlp.data.splits import split_validation
+from m2l_nlp.runs.checkpoint import CLASSIFIER
 from m2l_nlp.runs.kinds import Kind, Setup
 from m2l_nlp.train import metrics
 from m2l_nlp.train.evaluation import evaluate
@@ -64,8 +65,7 @@ def _check_first_batch(preset: Preset, funcs, params, tie, split, impl) -> None:
 class Classifier(Kind):
     """One logit per review: positive or negative."""
 
-    name = "classifier"
-    command = "m2l-nlp predict"
+    name = CLASSIFIER
 
     def check(self, request) -> None:
         from m2l_nlp.data.imdb_archive import check_source
@@ -166,9 +166,18 @@ class Classifier(Kind):
         return scores
 
     def save(self, out: Path, run, settings: Any, data: Any, no_test: bool) -> None:
+        from m2l_nlp.config import ClassifierConfig
         from m2l_nlp.runs.checkpoint import save_run
 
-        save_run(out, run, settings, data)
+        save_run(
+            out,
+            run,
+            settings,
+            data.tokenizer,
+            # what predict reads: the transformer's (a baseline has no checkpoint)
+            checkpoint=run.test is not None and isinstance(run.config, ClassifierConfig),
+            bigram_table=data.bigram_table,
+        )
 
     def summary(self, run) -> list[str]:
         lines = []

@@ -44,8 +44,8 @@ class Setup(NamedTuple):
 class Kind:
     """What one kind of model brings to the run; each method is one step of it."""
 
-    name: str = ""  # in run.json, checkpoint manifests and messages
-    command: str = ""  # the command that reads its checkpoints, e.g. "m2l-nlp predict"
+    name: str = ""  # in checkpoint manifests (m2l_nlp.runs.checkpoint.KINDS: its command)
+    curves_title: str = "Training curves"
 
     def check(self, request: TrainRequest) -> None:
         """Raise ``ValueError`` for a request this kind cannot run, before data are read."""
@@ -86,7 +86,8 @@ class Kind:
         raise NotImplementedError
 
     def save(self, out: Path, run: RunResult, settings: Any, data: Any, no_test: bool) -> None:
-        """``metrics.json``, the curves and (test runs) the checkpoint into ``out``."""
+        """``metrics.json``, the curves and (test runs) the checkpoint into ``out``
+        (:func:`m2l_nlp.runs.checkpoint.save_run`)."""
         raise NotImplementedError
 
     def summary(self, run: RunResult) -> list[str]:

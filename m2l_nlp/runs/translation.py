@@ -1,56 +1,44 @@
 """Practical 3's translator as a run: train, score honestly, save, and translate.
 
-:func:`train_translation` is the ``translate`` preset's job inside
-:func:`m2l_nlp.runs.experiment.run_training` (which owns the run folder): the loop of every
-task on packed source/target rows (:mod:`m2l_nlp.data.translation`), with the chrF of a fixed
-set of validation sentences after every epoch. The test side is then read once: one greedy
-and one beam translation per distinct English sentence, scored by sacreBLEU against all of
-its Greek renderings, beside two baselines (retrieval from the training pairs, and the same
-retrieval on the summer school's random pair split, which shows what that leak is worth).
-The run holds ``checkpoint/``, which :class:`Translator` (``m2l-nlp translate``) reads.
+:data:`KIND` is the ``translate`` preset's kind of run (:mod:`m2l_nlp.runs.kinds`; the run
+itself, folder and loop, is :func:`m2l_nlp.runs.experiment.train_and_evaluate`): the loop on
+source/target pairs (:mod:`m2l_nlp.data.translation`) with the practical's
+``sequence_loss``, bits per token on the validation pairs and the chrF of a fixed set of
+their sentences after every epoch. The test side is then read once: one greedy and one beam
+translation per distinct English sentence, scored by sacreBLEU against all of its Greek
+renderings, beside two baselines (retrieval from the training pairs, and the same retrieval
+on the summer school's random pair split, which shows what that leak is worth). The run
+holds ``checkpoint/``, which :class:`Translator` (``m2l-nlp translate``) reads.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
-import sys
 import time
 import unicodedata
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from tokenizers import Tokenizer
 
-from m2l_nlp import devices
 from m2l_nlp.config import Preset, TranslationConfig
 from m2l_nlp.data import tatoeba
 from m2l_nlp.data.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_TOKEN
-from m2l_nlp.data.translation import VAL_SCORED, TranslationData, encode_sources, pack
-from m2l_nlp.model import translators
+from m2l_nlp.data.translation import VAL_SCORED, TranslationData, encode_pairs, encode_sources
+from m2l_nlp.model import generation, translators
 from m2l_nlp.model.retrieval import RetrievalBaseline
-from m2l_nlp.runs import folders as runs
-from m2l_nlp.runs.checkpoint import TRANSLATOR, save_checkpoint
+from m2l_nlp.runs.checkpoint import TRANSLATOR, save_run
+from m2l_nlp.runs.kinds import Kind, Setup
 from m2l_nlp.train import metrics, translation_scores
-from m2l_nlp.train.loop import StateMismatch, train
-from m2l_nlp.train.progress import Progress
+from m2l_nlp.train.evaluation import evaluate
+from m2l_nlp.train.metrics import EvalResult
 
 BEAM_WIDTH, LENGTH_PENALTY = 4, 0.6
 SHOWN = ("I love you.", "Where is the station?", "Tom doesn't like cats.")
-
-
-class TranslationRun(NamedTuple):
-    """What a translation run made: its parameters, config, tokenizer and metrics."""
-
-    params: Any
-    config: TranslationConfig
-    tokenizer: Tokenizer
-    history: dict[str, list[float]]
-    metrics: dict[str, Any]
 
 
 class Translator:
@@ -61,37 +49,53 @@ class Translator:
     def __init__(self, funcs, practical, config: TranslationConfig, tokenizer: Tokenizer):
         self.funcs, self.practical, self.config = funcs, practical, config
         self.tokenizer = tokenizer
-        self.decoder: translators.Decoder | None = None  # chosen on first use
+        self.encode = translators.encoder(config, practical)
+        decode = translators.decoder(config, practical)
+        # one step of each kind: a program compiles once per step it is given
+        self.steps = {True: generation.cached(decode), False: generation.recomputing(decode)}
+        self.cached: bool | None = None  # chosen on first use
         self._programs: dict[Any, Any] = {}
 
-    def _choose(self, params: Any, source: np.ndarray) -> translators.Decoder:
-        cached = translators.cached_decoder(self.config, self.practical)
-        rows = np.stack([source, source], axis=2).reshape(len(source), -1)  # any target will do
-        self.funcs.predict_fw(
-            params, rows, np.ones_like(rows)
-        )  # the model's own errors, as they are
-        try:
-            translators.check_decoder(params, cached, self.funcs, rows, BOS_ID)
-        except (ValueError, NotImplementedError) as error:
-            print(f"note: {error}; translating without it (slower)", file=sys.stderr)
-            return translators.recomputing_decoder(self.config, self.practical)
-        return cached
+    def _start(self, params: Any, source: Any, mask: Any, cached: bool) -> generation.Reading:
+        """The encoder's output for the sources, once, and an empty target."""
+        memory = self.encode(params, source, mask)
+        layer_cache = self.practical.LayerCache if cached else None
+        return generation.start(self.config, source.shape[0], (memory, mask), layer_cache)
 
-    def _program(self, beam: int, length_penalty: float) -> Callable:
+    def _choose(self, params: Any, source: np.ndarray) -> bool:
+        """Whether the cached step gives the forward's logits, reading ``source`` itself as
+        the target (any target will do)."""
+        target, real_tokens = source, (source != PAD_ID).astype(np.int32)
+        # the model's own errors, as they are
+        want = np.asarray(self.funcs.predict_fw(params, source, real_tokens, target, real_tokens))
+        inputs = np.concatenate([np.full((len(source), 1), BOS_ID), target[:, :-1]], axis=1)
+        real = np.concatenate([np.ones((len(source), 1), bool), target[:, :-1] != PAD_ID], 1)
+
+        def check() -> None:
+            mask = jnp.asarray((source != PAD_ID).astype(np.int32))
+            state = self._start(params, jnp.asarray(source), mask, True)
+            ids = inputs.astype(np.int32)
+            generation.check_cache(params, self.steps[True], state, ids, want, real)
+
+        return generation.use_cache(check, "translating")
+
+    def program(self, beam: int, length_penalty: float) -> Callable:
         """One jitted translation of a batch of sources, greedy (``beam`` 0) or beam search."""
-        key = (beam, length_penalty)
+        key = (beam, length_penalty, self.cached)
         if key not in self._programs:
-            decoder, practical, max_len = self.decoder, self.practical, self.config.max_len
+            cached, practical, max_len = self.cached, self.practical, self.config.max_len
+            step_at = self.steps[cached]
 
             def run(params, source, mask):
-                state = decoder.start(params, source, mask)
+                state = self._start(params, source, mask, cached)
                 start = jnp.full((source.shape[0],), BOS_ID, jnp.int32)
 
-                def step(tokens, at, state):
-                    return decoder.step(params, tokens, at, state)
+                def step(tokens, at, state):  # the token (B,) of every row at position at
+                    logits, state = step_at(params, tokens[:, None], at, state)
+                    return logits[:, 0], state
 
                 if beam:
-                    return translators.beam_search(
+                    return generation.beam_search(
                         step, state, start, max_len, EOS_ID, beam, length_penalty
                     )
                 return practical.greedy_decode(step, state, start, max_len, EOS_ID)
@@ -113,7 +117,7 @@ class Translator:
 
             def compiled(rows: int) -> Callable:
                 shape = jax.ShapeDtypeStruct((rows, self.config.max_len), jnp.int32)
-                return self._program(probe, length_penalty).lower(params, shape, shape).compile()
+                return self.program(probe, length_penalty).lower(params, shape, shape).compile()
 
             program = compiled(size)
             need, free = translators.program_bytes(program), translators.free_memory()
@@ -141,9 +145,9 @@ class Translator:
         with ``beam`` beams. Sources longer than the model's window are cut to it."""
         texts = [unicodedata.normalize("NFC", s) for s in sentences]
         source, mask, _ = encode_sources(self.tokenizer, texts, self.config.max_len)
-        if self.decoder is None:
-            self.decoder = self._choose(params, source[:4])
-        run = self._program(beam, length_penalty)
+        if self.cached is None:
+            self.cached = self._choose(params, source[:4])
+        run = self.program(beam, length_penalty)
         size = min(batch, max(8, 1 << (len(texts) - 1).bit_length()))  # few batch shapes
         if beam:
             run, size = self._fitted(params, size, beam, length_penalty)
@@ -221,141 +225,141 @@ def _until_end(ids: np.ndarray) -> list[int]:
     return [i for i in ids if i != PAD_ID]
 
 
-def train_translation(
-    preset: Preset,
-    data: TranslationData,
-    folder: runs.RunFolder | None,
-    *,
-    name: str,
-    changed: Sequence[str],
-    impl: Any,
-    seed: int,
-    no_test: bool,
-    resume: bool,
-    progress: bool,
-    log: Callable[[str], None],
-) -> TranslationRun:
-    """Train ``preset``'s translator on ``data``; with a ``folder``, keep every epoch there
-    (``resume`` continues one) and write the run into it at the end."""
-    start = time.perf_counter()
-    compiled_before = devices.compile_counter()
-    config = preset.model_config(data.tokenizer.get_vocab_size())
-    settings = preset.settings(seed=seed, crop_len=2 * config.max_len)  # whole rows, no crops
-    funcs, practical = translators.translator(config, impl)
-    params = translators.init_params(funcs, seed, config.max_len)
-    first = data.train[0][:8]
-    logits = funcs.predict_fw(params, first, np.ones_like(first))  # a wrong model trains on
-    translators.check_output(logits, *first.shape, config.vocab_size, impl)
-    counts = data.pairs.counts
-    log(
-        "pairs split by connected component (no English and no Greek sentence on two sides): "
-        + "; ".join(
-            f"{side} {counts['pairs'][side]} pairs, {counts['english'][side]} English / "
-            f"{counts['greek'][side]} Greek sentences, {counts['components'][side]} components"
-            for side in tatoeba.SIDES
-        )
-    )
-    log(
-        f"training on {len(data.train[0])} pairs ({data.dropped} longer than {config.max_len} "
-        f"tokens left out); {config.vocab_size} tokens shared by both languages"
-    )
-    translator = Translator(funcs, practical, config, data.tokenizer)
-    val_english, val_greek = tatoeba.references(data.pairs.val)
-    val_english, val_greek = val_english[:VAL_SCORED], val_greek[:VAL_SCORED]
-    fingerprint = runs.fingerprint(
-        preset=dataclasses.asdict(preset),
-        name=name,
-        seed=seed,
-        no_test=no_test,
-        impl=impl if isinstance(impl, str) else "",
-    )
-    begin = None
-    if folder is not None and resume:
-        begin = folder.resume_from(fingerprint)
-        log(f"resuming after epoch {begin.epoch} of {settings.epochs}")
-    structure = jax.tree_util.tree_structure(params)
-    # read here, not by the loop: its evaluation keeps every logit, (N, 2L, V), on the host
-    validation: dict[str, list[float]] = {"val_loss": [], "val_chrf": []}
+class Translation(Kind):
+    """English to Greek: every token of the translation, given the whole source (the
+    ``translate`` preset)."""
 
-    def on_epoch(done: Progress) -> None:
-        if data.val is not None:
-            trained = jax.tree_util.tree_unflatten(structure, done.state[: structure.num_leaves])
-            validation["val_loss"].append(bits_per_token(funcs, trained, data.val))
-            hypotheses = translator.translate(trained, val_english)
-            validation["val_chrf"].append(translation_scores.score(hypotheses, val_greek).chrf)
-            log(
-                f"  validation: {validation['val_loss'][-1]:.3f} bits per token; chrF "
-                f"{validation['val_chrf'][-1]:.1f} ({len(val_english)} sentences, greedy)"
+    name = TRANSLATOR
+    curves_title = "Training curves (bits per token)"
+
+    def check(self, request) -> None:
+        if request.val_size is not None:  # its validation side is a share of the pairs
+            raise ValueError(
+                "--val-size is for reviews: the translate preset validates on 5 % of the pairs "
+                "(split by sentence; m2l_nlp/data/tatoeba.py)"
             )
-        if folder is not None:
-            folder.keep_epoch(done, settings.epochs, fingerprint)
+        if request.impl == "exercises":
+            translators.check_builds(request.preset, request.impl)
+        tatoeba.resolve_pairs(request.data, progress=request.progress)
 
-    mesh = devices.make_mesh()
-    try:
-        result = train(
+    def prepare(self, request) -> TranslationData:
+        from m2l_nlp.data.translation import prepare_translation
+
+        return prepare_translation(
+            request.data,
+            vocab_size=request.preset.vocab_size,
+            max_len=request.preset.seq_len,
+            seed=request.seed,
+            progress=request.progress,
+        )
+
+    def setup(
+        self,
+        preset: Preset,
+        data: TranslationData,
+        *,
+        seed: int,
+        impl: Any,
+        val_size: int | None,
+        no_test: bool,
+        log: Callable[[str], None],
+    ) -> Setup:
+        config = preset.model_config(data.tokenizer.get_vocab_size())
+        funcs, practical = translators.translator(config, impl, start_id=BOS_ID)
+        params = translators.init_params(funcs, seed, config.max_len)
+        (sources, targets), _, _, target_masks = data.train
+        source, target = sources[:8], targets[:8]
+        first = (source, (source != PAD_ID).astype(np.int32), target, target_masks[:8])
+        logits = funcs.predict_fw(params, *first)  # a wrong model would train on
+        translators.check_output(logits, *target.shape, config.vocab_size, impl)
+        counts = data.pairs.counts
+        log(
+            "pairs split by connected component (no English and no Greek sentence on two "
+            "sides): "
+            + "; ".join(
+                f"{side} {counts['pairs'][side]} pairs, {counts['english'][side]} English / "
+                f"{counts['greek'][side]} Greek sentences, {counts['components'][side]} "
+                "components"
+                for side in tatoeba.SIDES
+            )
+        )
+        log(
+            f"training on {len(data.train[2])} pairs ({data.dropped} longer than "
+            f"{config.max_len} tokens left out); {config.vocab_size} tokens shared by both "
+            "languages"
+        )
+        translator = Translator(funcs, practical, config, data.tokenizer)
+        val_english, val_greek = tatoeba.references(data.pairs.val)
+        val_english, val_greek = val_english[:VAL_SCORED], val_greek[:VAL_SCORED]
+
+        def validate(trained: Any) -> dict[str, float]:
+            if data.val is None:
+                return {}
+            hypotheses = translator.translate(trained, val_english)
+            chrf = translation_scores.score(hypotheses, val_greek).chrf
+            log(f"  validation chrF {chrf:.1f} ({len(val_english)} sentences, greedy)")
+            return {"val_chrf": chrf}
+
+        return Setup(
             funcs,
             params,
+            config,
             data.train,
-            settings,
-            objective=metrics.TARGET_TOKENS,
+            data.val,
+            metrics.sequence_objective(practical.sequence_loss),
+            fingerprint={},
+            metrics={
+                "split": counts,
+                "train_pairs_used": len(data.train[2]),
+                "train_pairs_left_out": data.dropped,
+                "tokens": config.vocab_size,
+            },
+            settings=dict(crop_len=config.max_len),  # whole pairs, no crops
+            after_epoch=validate,
+            writer=translator,
+        )
+
+    def finish(
+        self,
+        setup: Setup,
+        params: Any,
+        validation: EvalResult | None,
+        data: TranslationData,
+        *,
+        no_test: bool,
+        settings: Any,
+        mesh: Any,
+        progress: bool,
+        log: Callable[[str], None],
+    ) -> dict[str, Any]:
+        scores = {} if validation is None else {"val_bits_per_token": validation.loss}
+        if no_test:
+            return scores
+        test = encode_pairs(setup.writer.tokenizer, data.pairs.test, data.max_len)[0]
+        bits = evaluate(
+            params,
+            setup.funcs,
+            test,
+            objective=setup.objective,
+            settings=settings,
             mesh=mesh,
             progress=progress,
-            log=log,
-            start=begin,
-            on_epoch=on_epoch,
-        )
-    except StateMismatch as error:
-        raise runs.RunFolderError(f"--resume: {error}") from None
-    params = jax.device_get(result.params)
-    run_metrics: dict[str, Any] = {
-        "preset": name,
-        "changed": list(changed),
-        "architecture": preset.architecture,
-        "impl": impl if isinstance(impl, str) else "notebook",
-        "devices": devices.describe_devices(),
-        "split": counts,
-        "train_pairs_used": len(data.train[0]),
-        "train_pairs_left_out": data.dropped,
-        "tokens": config.vocab_size,
-        "val_chrf": validation["val_chrf"],
-    }
-    if not no_test:
-        run_metrics.update(_test(translator, params, data, log))
-    compiled = devices.compile_counter()
-    run_metrics["compiled_programs"] = compiled["programs"] - compiled_before["programs"]
-    run_metrics["compile_seconds"] = compiled["seconds"] - compiled_before["seconds"]
-    run_metrics["seconds"] = time.perf_counter() - start
-    history = dict(result.history, **validation) if data.val is not None else result.history
-    run = TranslationRun(params, config, data.tokenizer, history, run_metrics)
-    if folder is not None:
-        folder.commit(
-            lambda new: save_run(new, run, no_test),
-            dict(preset=name, architecture=preset.architecture, impl=run_metrics["impl"]),
-        )
-    return run
+            desc="test",
+        ).loss
+        return scores | _test(setup.writer, jax.device_get(params), data, bits, log)
+
+    def save(self, out: Path, run, settings: Any, data: TranslationData, no_test: bool) -> None:
+        save_run(out, run, settings, data.tokenizer, checkpoint=not no_test)
+
+    def summary(self, run) -> list[str]:
+        shown = ", ".join(f"{c:.1f}" for c in run.history.get("val_chrf", []))
+        return [f"validation chrF per epoch: {shown or '-'}"]
 
 
-_token_bits = jax.jit(metrics.next_char_loss)
+KIND = Translation()
 
 
-def bits_per_token(
-    funcs: Any, params: Any, rows: tuple[np.ndarray, np.ndarray, np.ndarray], batch: int = 256
-) -> float:
-    """The mean loss in bits over the real target tokens of packed ``rows`` (ids, mask,
-    labels), a batch of logits at a time."""
-    ids, mask, labels = rows
-    total, count = 0.0, 0
-    for first in range(0, len(ids), batch):
-        pad = batch - len(ids[first : first + batch])  # full batches: one program
-        cut = [np.pad(a[first : first + batch], ((0, pad), (0, 0))) for a in (ids, mask)]
-        logits = funcs.predict_fw(params, *cut)
-        part = labels[first : first + batch]
-        bits = np.asarray(_token_bits(logits[: len(part)], part))
-        total, count = total + float(bits.sum()), count + int((part >= 0).sum())
-    return total / max(count, 1)
-
-
-def _test(translator, params, data: TranslationData, log) -> dict:
+def _test(translator, params, data: TranslationData, test_bits: float, log) -> dict:
     """The test side, read once: greedy and beam translations of every distinct English
     sentence and both baselines, scored against all of each sentence's references."""
     english, greek = tatoeba.references(data.pairs.test)
@@ -376,8 +380,6 @@ def _test(translator, params, data: TranslationData, log) -> dict:
     leaky_english, leaky_greek = tatoeba.references(leaky_test)
     leaky = RetrievalBaseline(leaky_train).translate(leaky_english)
     scores["retrieval, random pair split"] = translation_scores.score(leaky, leaky_greek)
-    test_rows = pack(translator.tokenizer, data.pairs.test, data.max_len)[0]
-    test_bits = bits_per_token(translator.funcs, params, test_rows)
     log(
         f"test: {len(english)} distinct English sentences, {len(data.pairs.test)} references "
         f"(one hypothesis each, scored against all its Greek renderings); "
@@ -398,22 +400,6 @@ def _test(translator, params, data: TranslationData, log) -> dict:
         "bleu_signature": scores["greedy"].bleu_signature,
         "chrf_signature": scores["greedy"].chrf_signature,
         "decoding_seconds": seconds,
-        "cached_decoding": bool(translator.decoder and translator.decoder.cached),
+        "cached_decoding": bool(translator.cached),
         "examples": [dict(en=e, el=g) for e, g in zip(english[:10], greedy[:10], strict=True)],
     }
-
-
-def save_run(out: Path, run: TranslationRun, no_test: bool) -> None:
-    """``metrics.json``, the training curves and (test runs) ``checkpoint/`` into ``out``."""
-    from m2l_nlp import plotting
-    from m2l_nlp.fileio import write_json_atomic
-
-    out.mkdir(parents=True, exist_ok=True)
-    if not no_test:
-        meta = dict(run.metrics, history=run.history)
-        save_checkpoint(
-            out / "checkpoint", TRANSLATOR, run.params, run.config, run.tokenizer, meta=meta
-        )
-    write_json_atomic(out / "metrics.json", dict(run.metrics, history=run.history))
-    curves = plotting.plot_training_curves(run.history, title="Training curves (bits per token)")
-    plotting.save_figure(curves, out / "training_curves.png")

@@ -33,13 +33,10 @@ def _make_logit_step(model: ModelFuncs, mesh) -> Callable:
 
     @functools.partial(jax.jit, static_argnames=("width", "micro"), donate_argnames=("sums",))
     def step(params, sums, data, idx, starts, weights, width, micro):
-        ids, mask, _ = batching.gather(data, idx, starts, width)
-        ids, mask = jax.lax.with_sharding_constraint((ids, mask), shard)
-        if micro == 1:
-            logits = apply(params, ids, mask)
-        else:  # one cache-sized piece at a time (see batching.micro_batches)
-            pieces = (batching.split_rows(ids, micro), batching.split_rows(mask, micro))
-            logits = batching.merge_rows(jax.lax.map(lambda piece: apply(params, *piece), pieces))
+        inputs = jax.lax.with_sharding_constraint(
+            batching.gather(data, idx, starts, width)[0], shard
+        )
+        logits = _in_pieces(lambda piece: apply(params, *piece), inputs, micro)
         logit_sum, count = sums
         if logits.ndim > 1 and logits.shape[1] < logit_sum.shape[1]:  # a logit per token
             pad = [(0, 0), (0, logit_sum.shape[1] - logits.shape[1])] + [(0, 0)] * (logits.ndim - 2)
@@ -48,6 +45,81 @@ def _make_logit_step(model: ModelFuncs, mesh) -> Callable:
         return logit_sum.at[idx].add(logits * row_weights), count.at[idx].add(weights)
 
     return step
+
+
+def _in_pieces(run: Callable, inputs: tuple[jax.Array, ...], micro: int):
+    """``run(inputs)``, or with ``micro > 1`` run on one cache-sized piece of the rows at a
+    time (see :func:`batching.micro_batches`), the outputs put back together."""
+    if micro == 1:
+        return run(inputs)
+    pieces = tuple(batching.split_rows(x, micro) for x in inputs)
+    return jax.tree_util.tree_map(batching.merge_rows, jax.lax.map(run, pieces))
+
+
+@functools.lru_cache(maxsize=16)
+def _make_token_step(model: ModelFuncs, objective: Objective, mesh) -> Callable:
+    """The jitted evaluation step of a per-token task: the weighted loss sum, hits and
+    count of a batch added to ``sums``, on the device (its logits are never kept)."""
+    shard = devices.batch_sharded(mesh)
+    apply = model.model_fw.apply
+
+    @functools.partial(jax.jit, static_argnames=("width", "micro"), donate_argnames=("sums",))
+    def step(params, sums, data, idx, starts, weights, width, micro):
+        inputs, labels, token_weights = batching.gather(data, idx, starts, width)
+        inputs = jax.lax.with_sharding_constraint(inputs, shard)
+        weights = objective.weights(weights, token_weights)
+
+        def piece_sums(piece):
+            piece_inputs, piece_labels, piece_weights = piece
+            logits = apply(params, *piece_inputs)
+            return jnp.stack(
+                [*objective.weighted_sums(logits, piece_labels, piece_weights), piece_weights.sum()]
+            )
+
+        if micro == 1:
+            return sums + piece_sums((inputs, labels, weights))
+        split = functools.partial(batching.split_rows, micro=micro)
+        pieces = jax.tree_util.tree_map(split, (inputs, labels, weights))
+        return sums + jax.lax.map(piece_sums, pieces).sum(axis=0)
+
+    return step
+
+
+def _token_scores(
+    params: hk.Params,
+    model: ModelFuncs,
+    data: DeviceData,
+    objective: Objective,
+    *,
+    batch_size: int,
+    mesh,
+    progress: bool,
+    desc: str,
+    micro_batch_cells: int | None,
+) -> EvalResult:
+    """A per-token task's mean loss and accuracy over every token that counts."""
+    cells = batching.resolve_micro_batch_cells(micro_batch_cells)
+    first = data.ids[0] if isinstance(data.ids, tuple) else data.ids
+    plans = batching.eval_plan(
+        np.asarray(data.lengths), batch_size, int(first.shape[1]), mesh.devices.size
+    )
+    step = _make_token_step(model, objective, mesh)
+    params = devices.put_replicated(params, mesh)
+    sums = devices.put_replicated(np.zeros(3, np.float32), mesh)  # loss sum, hits, count
+    with tqdm(
+        total=sum(len(p.widths) for p in plans), desc=desc, disable=not progress, leave=False
+    ) as bar:
+        for plan in plans:
+            micro = batching.micro_batches(
+                plan.idx.shape[1], plan.widths[0], mesh.devices.size, cells
+            )
+            for j, width in enumerate(plan.widths):
+                batch = devices.put_replicated((plan.idx[j], plan.starts[j], plan.weights[j]), mesh)
+                sums = step(params, sums, data, *batch, width, micro)
+                bar.update()
+    loss_sum, hits, count = (float(x) for x in jax.device_get(sums))
+    count_rows = int(data.labels.shape[0])
+    return EvalResult(hits / max(count, 1.0), loss_sum / max(count, 1.0), None, count_rows)
 
 
 def predict_logits(
@@ -73,7 +145,7 @@ def predict_logits(
     mesh = mesh or devices.make_mesh()
     cells = batching.resolve_micro_batch_cells(micro_batch_cells)
     n = int(data.labels.shape[0])
-    width_max = int(data.ids.shape[1])
+    width_max = int(data.ids.shape[1])  # a row task's ids: one array
     window = min(int(window or width_max), width_max)
     lengths = np.asarray(data.lengths)  # one read of N ints, before any batch runs
     example, starts = batching.windows(lengths, window)
@@ -134,6 +206,18 @@ def evaluate(
         data = batching.put_data(*data, mesh=mesh, binary=objective.binary)
     if int(data.labels.shape[0]) == 0:
         raise ValueError("cannot evaluate on an empty split")
+    if objective.per_token:
+        return _token_scores(
+            params,
+            model,
+            data,
+            objective,
+            batch_size=batch_size,
+            mesh=mesh,
+            progress=progress,
+            desc=desc,
+            micro_batch_cells=micro_batch_cells,
+        )
     logits = predict_logits(
         params,
         model,

@@ -306,6 +306,18 @@ def _epoch_key(seed: int, epoch: int) -> jax.Array:
     return jax.random.fold_in(jax.random.PRNGKey(seed), epoch)
 
 
+def _drop_tokens(inputs: tuple[jax.Array, ...], key: jax.Array, rate: float) -> tuple:
+    """Word dropout on a batch's ``(ids, mask, ...)`` pairs: each token is hidden (made
+    padding) with probability ``rate``."""
+    out = []
+    for k in range(0, len(inputs), 2):
+        ids, mask = inputs[k : k + 2]
+        part_key = key if k == 0 else jax.random.fold_in(key, k)
+        mask = mask * jax.random.bernoulli(part_key, 1 - rate, mask.shape)
+        out += [ids * mask, mask]
+    return tuple(out)
+
+
 @functools.lru_cache(maxsize=8)
 def _make_epoch_step(
     model: ModelFuncs,
@@ -343,13 +355,12 @@ def _make_epoch_step(
     def one(state, sums, key, data, plan, j, width, micro):
         """Step ``j`` of the epoch: its batch cut on the device, then the train step."""
         idx, starts, weights = (a[j] for a in plan[:3])
-        ids, mask, labels = batching.gather(data, idx, starts, width)
+        inputs, labels, token_weights = batching.gather(data, idx, starts, width)
         step_key, drop_key = jax.random.split(jax.random.fold_in(key, j))
         if token_dropout > 0:  # word dropout: hidden tokens become padding
-            mask = mask * jax.random.bernoulli(drop_key, 1 - token_dropout, mask.shape)
-            ids = ids * mask
-        weights = objective.weights(labels, weights)  # per row, or per token that counts
-        batch = jax.lax.with_sharding_constraint(Batch((ids, mask), labels, weights), shard)
+            inputs = _drop_tokens(inputs, drop_key, token_dropout)
+        weights = objective.weights(weights, token_weights)  # per row, or per token
+        batch = jax.lax.with_sharding_constraint(Batch(inputs, labels, weights), shard)
         state, loss, correct = run_step(state, step_key, batch, micro=micro)
         count = weights.sum()
         return state, sums + jnp.stack([loss * count, correct, count])

@@ -38,8 +38,9 @@ class Batch(NamedTuple):
     """One batch of a task: what the model reads, what it should predict, and what counts.
 
     ``inputs`` are the forward's arguments (``(ids, mask)``, each ``(B, W)``, for the
-    classifier); ``labels`` are ``(B, ...)``; ``weights`` have the shape of the objective's
-    losses: ``(B,)`` a weight per row, or ``(B, S)`` a weight per token, 0 for padding."""
+    classifier; ``(source, source_mask, target, target_mask)`` for the translator);
+    ``labels`` are ``(B, ...)``; ``weights`` have the shape of the objective's losses:
+    ``(B,)`` a weight per row, or ``(B, S)`` a weight per token, 0 for padding."""
 
     inputs: tuple[jax.Array, ...]
     labels: jax.Array
