@@ -20,10 +20,8 @@ import numpy as np
 
 from m2l_nlp import devices
 from m2l_nlp.config import PRESETS, LanguageModelConfig
-from m2l_nlp.impl import load_practical
 from m2l_nlp.model import generation
-from m2l_nlp.model.language_models import cached_step
-from m2l_nlp.transform import funcs_from_stateful
+from m2l_nlp.model.language_models import decoder, language_model
 
 PROMPT = 16
 
@@ -38,28 +36,22 @@ def rate(run, new_chars: int, repeats: int) -> float:
     return new_chars / statistics.median(times)
 
 
-def measure(p3, sizes: dict, new_chars: int, repeats: int) -> tuple[float, float]:
+def measure(sizes: dict, new_chars: int, repeats: int) -> tuple[float, float]:
     """Characters per second ``(cached, recomputing)`` for ``new_chars`` new characters; the
     window holds the prompt and them (recomputing runs the model over all of it)."""
     config = LanguageModelConfig(**sizes, max_len=PROMPT + new_chars)
-    funcs = funcs_from_stateful(
-        lambda ids, mask, is_train=True: p3.language_model_forward(ids, mask, is_train, config)
-    )
+    funcs, p3 = language_model(config)
     prompt = np.arange(1, PROMPT + 1, dtype=np.int32)[None]
     params = funcs.init_params(jax.random.PRNGKey(0), prompt, np.ones_like(prompt), True)
-    step, caches = cached_step(config, p3), p3.empty_caches(config, 1)
-    key = jax.random.PRNGKey(1)
+    decode, key = decoder(config, p3), jax.random.PRNGKey(1)
     knobs = dict(new_chars=new_chars, sample=p3.sample_next, temperature=1.0, top_k=None)
 
-    def cached():
-        return generation.generate(params, caches, prompt, key, step=step, **knobs).ids
+    def way(step, layer_cache):
+        state = generation.start(config, 1, (), layer_cache)
+        return lambda: generation.generate(params, state, prompt, key, step=step, **knobs).ids
 
-    def recomputing():
-        apply, window = funcs.model_fw.apply, config.max_len
-        return generation.generate_recomputing(
-            params, prompt, key, apply=apply, window=window, **knobs
-        ).ids
-
+    cached = way(generation.cached(decode), p3.LayerCache)
+    recomputing = way(generation.recomputing(decode), None)
     return rate(cached, new_chars, repeats), rate(recomputing, new_chars, repeats)
 
 
@@ -67,11 +59,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    p3 = load_practical("practical3_translation", "solutions")
     sizes = dict(PRESETS["char-lm"].model, vocab_size=100)
     print(f"devices: {devices.describe_devices()}; model {sizes}, a prompt of {PROMPT}")
     for new_chars in (64, 512):
-        cached, plain = measure(p3, sizes, new_chars, args.repeats)
+        cached, plain = measure(sizes, new_chars, args.repeats)
         print(
             f"{new_chars:4d} new characters: cached {cached:8.1f} chars/s, recomputing "
             f"{plain:8.1f} chars/s, cached / recomputing {cached / plain:5.1f}x"

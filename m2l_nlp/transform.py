@@ -120,7 +120,7 @@ def funcs_from_stateful(stateful_forward: Callable[..., Any], jit: bool = True) 
     ``predict_fw(params, x, mask)``, ``predict_fw(params, x, mask, False)``,
     ``model_fw.apply(params, x, mask, is_train=False)``.
 
-    This is the one place in the course where ``hk.transform`` is called.
+    This module is the one place in the course where ``hk.transform`` is called.
     """
     signature = inspect.signature(stateful_forward)
     model = hk.transform(stateful_forward)
@@ -134,6 +134,13 @@ def funcs_from_stateful(stateful_forward: Callable[..., Any], jit: bool = True) 
     init_params = _with_static_flag(model.init, signature, 1, jit)
     predict_fw = _with_static_flag(model_fw.apply, fw_signature, 1, jit)
     return ModelFuncs(model, model_fw, predict, predict_fw, init_params)
+
+
+def pure_apply(stateful_fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``apply(params, *args, **kwargs)`` of a function that builds haiku modules and draws
+    no random numbers (evaluation mode): for reading a trained model's parameters in another
+    way than its forward, such as one position at a time while decoding."""
+    return hk.without_apply_rng(hk.transform(stateful_fn)).apply
 
 
 def init_and_pred(

@@ -56,7 +56,6 @@ import jax
 import jax.numpy as jnp
 
 from m2l_nlp.config import LanguageModelConfig, TranslationConfig
-from m2l_nlp.data.tokenization import BOS_ID, PAD_ID
 
 from .practical2_transformers import (
     MaskedEmbedding,
@@ -115,6 +114,8 @@ def causal_mask(seq_len: int) -> jax.Array:
 #
 # Return the block's output and its attention weights `(B, h, S, S)`: the decoder draws its
 # attention maps from them. Hand `is_train` on to the feed-forward sub-layer.
+#
+# The `cache` and `at` arguments serve writing fast (section 7): leave them until then.
 
 
 # %%
@@ -137,9 +138,16 @@ class DecoderBlock(hk.Module):
         self.norm_2 = hk.LayerNorm(axis=-1, create_scale=True, create_offset=True, name="norm_2")
 
     def __call__(
-        self, x: jax.Array, mask: jax.Array, is_train: bool = True
-    ) -> tuple[jax.Array, jax.Array]:
-        """`x (B, S, D)`, padding `mask (B, S)` -> `(B, S, D)` and weights `(B, h, S, S)`."""
+        self,
+        x: jax.Array,
+        mask: jax.Array,
+        is_train: bool = True,
+        cache: LayerCache | None = None,
+        at: jax.Array | int = 0,
+    ) -> tuple[jax.Array, Any]:
+        """`x (B, S, D)`, padding `mask (B, S)` -> `(B, S, D)` and weights `(B, h, S, S)`.
+        With a `cache` (section 7): `x` holds positions `at ..`, and the new cache comes back
+        in place of the weights."""
 
         # BEGIN SOLUTION
         def dropout(y: jax.Array) -> jax.Array:
@@ -147,8 +155,11 @@ class DecoderBlock(hk.Module):
                 return hk.dropout(hk.next_rng_key(), self.p_dropout, y)
             return y
 
-        visible = causal_mask(x.shape[-2])[None, :, :] * jnp.asarray(mask)[:, None, :]
-        attended, weights = self.attention(x, x, x, visible)
+        if cache is None:
+            visible = causal_mask(x.shape[-2])[None, :, :] * jnp.asarray(mask)[:, None, :]
+            attended, weights = self.attention(x, x, x, visible)
+        else:
+            attended, weights = attend_with_cache(self.attention, x, cache, at)
         x = self.norm_1(x + dropout(attended))
         x = self.norm_2(x + dropout(self.feed_forward(x, is_train)))
         return x, weights
@@ -164,7 +175,8 @@ class DecoderBlock(hk.Module):
 #
 # Name the blocks `block_0`, `block_1`, ... (the names of their parameters) and apply them
 # one after the other, each with the same padding mask. `get_attention_maps` runs the
-# same stack and returns the attention weights of every block, in order.
+# same stack and returns the attention weights of every block, in order. With `caches`
+# (section 7), hand each block its own cache and return the new ones too.
 
 
 # %%
@@ -186,9 +198,23 @@ class TransformerDecoder(hk.Module):
             for i in range(num_layers)
         ]
 
-    def __call__(self, x: jax.Array, mask: jax.Array, is_train: bool = True) -> jax.Array:
-        """`x (B, S, D)`, padding `mask (B, S)` -> `(B, S, D)`."""
+    def __call__(
+        self,
+        x: jax.Array,
+        mask: jax.Array,
+        is_train: bool = True,
+        caches: list[LayerCache] | None = None,
+        at: jax.Array | int = 0,
+    ) -> Any:
+        """`x (B, S, D)`, padding `mask (B, S)` -> `(B, S, D)`. With `caches` (one per block,
+        section 7): `(B, S, D)` and the new caches."""
         # BEGIN SOLUTION
+        if caches is not None:  # writing: each block reads and returns its own cache
+            new_caches = []
+            for block, cache in zip(self.blocks, caches, strict=True):
+                x, cache = block(x, mask, is_train, cache, at)
+                new_caches.append(cache)
+            return x, new_caches
         for block in self.blocks:
             x, _ = block(x, mask, is_train)
         return x
@@ -218,6 +244,10 @@ class TransformerDecoder(hk.Module):
 # add the positions, run the decoder with the padding mask, then map every position's
 # vector to one logit per character of the vocabulary with a `Linear(vocab_size)` layer
 # named `head`. The logits at position `i` score the character at `i + 1`.
+#
+# With `caches` (section 7), the characters sit at positions `at, at + 1, ...`: add the
+# rows of those positions (`jax.lax.dynamic_slice_in_dim(self.positional.table, at, S)`,
+# since `at` is traced), hand the caches to the decoder and return the new ones too.
 
 
 # %%
@@ -241,10 +271,22 @@ class CharLanguageModel(hk.Module):
         )
         self.head = hk.Linear(config.vocab_size, name="head")
 
-    def __call__(self, input_ids: jax.Array, mask: jax.Array, is_train: bool = True) -> jax.Array:
-        """Logits `(B, S, V)` for character ids `(B, S)` and padding mask `(B, S)`."""
+    def __call__(
+        self,
+        input_ids: jax.Array,
+        mask: jax.Array,
+        is_train: bool = True,
+        caches: list[LayerCache] | None = None,
+        at: jax.Array | int = 0,
+    ) -> Any:
+        """Logits `(B, S, V)` for character ids `(B, S)` and padding mask `(B, S)`. With
+        `caches` (section 7): the ids at positions `at ..`, the logits and the new caches."""
         # BEGIN SOLUTION
         x = self.embedding(input_ids, mask)
+        if caches is not None:  # writing: the characters at positions at, at + 1, ...
+            rows = jax.lax.dynamic_slice_in_dim(self.positional.table, at, x.shape[-2])
+            x, caches = self.decoder(x + jnp.asarray(rows, x.dtype), mask, is_train, caches, at)
+            return self.head(x), caches
         x = self.positional(x, is_train)
         x = self.decoder(x, mask, is_train)
         return self.head(x)
@@ -254,18 +296,6 @@ class CharLanguageModel(hk.Module):
         """Attention weights of every decoder block (evaluation mode): list of `(B, h, S, S)`."""
         x = self.positional(self.embedding(input_ids, mask), is_train=False)
         return self.decoder.get_attention_maps(x, mask, is_train=False)
-
-
-def language_model_forward(
-    input_ids: jax.Array,
-    mask: jax.Array,
-    is_train: bool = True,
-    config: LanguageModelConfig | None = None,
-) -> jax.Array:
-    """Stateful forward for `funcs_from_stateful`: logits `(B, S, V)` of a `CharLanguageModel`."""
-    return CharLanguageModel(config or LanguageModelConfig(), name="char_lm")(
-        input_ids, mask, is_train
-    )
 
 
 # %% active="ipynb"
@@ -365,10 +395,15 @@ def sample_next(
 #    the past, never a later position (those may hold anything);
 # 4. merge the heads and apply `proj_o`, as in `MultiheadAttention`.
 #
-# Return the output `(B, S, D)` and the cache with the new keys and values. The course's
-# `language_model_step` below runs your own `CharLanguageModel` with every block's
-# self-attention answered by this function; the check compares it with your model run on
-# the whole text.
+# Return the output `(B, S, D)` and the cache with the new keys and values.
+#
+# Then let your modules read with caches (their `cache`/`caches` and `at` arguments): a
+# `DecoderBlock` given a cache runs this function in place of its masked self-attention
+# (padding needs no mask here: only real characters are written) and returns the new cache
+# in place of the weights; `TransformerDecoder` hands each block its cache and returns the
+# new ones; `CharLanguageModel` adds the positions `at ..` and returns the logits with the
+# new caches. The check also compares your model read with caches, the prompt at once and
+# then one character at a time, with your model run on the whole text.
 
 
 # %%
@@ -410,69 +445,6 @@ def attend_with_cache(
 
 
 # %% [markdown]
-# The course's side of it (read, nothing to write): your modules run as you wrote them,
-# with each block's `attention` answered from its cache and the positions read from `at`.
-
-
-# %%
-class _AttentionFromCache:
-    """Stands in for a block's `attention` while the block reads new positions."""
-
-    def __init__(self, attention: MultiheadAttention, cache: LayerCache, at: jax.Array):
-        self.attention, self.cache, self.at = attention, cache, at
-
-    def __call__(self, q, k, v, mask=None):
-        # k, v and the mask are the new positions': the cache holds all of them
-        out, self.cache = attend_with_cache(self.attention, q, self.cache, self.at)
-        return out, None
-
-
-class _PositionsFrom:
-    """Stands in for `PositionalEncoding`: the rows of positions `at ..`, not `0 ..`."""
-
-    def __init__(
-        self, positional: PositionalEncoding, config: LanguageModelConfig | TranslationConfig, at
-    ):
-        zeros = jnp.zeros((1, config.max_len, config.d_model), jnp.float32)
-        self.table = positional(zeros, is_train=False)[0]  # (W, D): what it adds
-        self.at = at
-
-    def __call__(self, x, is_train=False):
-        rows = jax.lax.dynamic_slice_in_dim(self.table, self.at, x.shape[-2], axis=0)
-        return x + rows
-
-
-def empty_caches(config: LanguageModelConfig | TranslationConfig, batch: int) -> list[LayerCache]:
-    """A cache of zeros for every block of the model."""
-    shape = (batch, config.num_heads, config.max_len, config.d_model // config.num_heads)
-    zeros = jnp.zeros(shape, jnp.float32)
-    return [LayerCache(zeros, zeros) for _ in range(config.num_layers)]
-
-
-def language_model_step(
-    input_ids: jax.Array,
-    caches: list[LayerCache],
-    at: jax.Array,
-    config: LanguageModelConfig,
-) -> tuple[jax.Array, list[LayerCache]]:
-    """Logits `(B, S, V)` of the characters `input_ids (B, S)` at positions `at ..`, reading
-    every block's cache (evaluation mode), and the caches with their keys and values."""
-    model = CharLanguageModel(config, name="char_lm")
-    blocks, positional = model.decoder.blocks, model.positional
-    cached = [_AttentionFromCache(b.attention, c, at) for b, c in zip(blocks, caches, strict=True)]
-    try:
-        for block, stand_in in zip(blocks, cached, strict=True):
-            block.attention = stand_in
-        model.positional = _PositionsFrom(positional, config, at)
-        logits = model(input_ids, jnp.ones_like(input_ids), is_train=False)
-    finally:  # the modules as they were, for any later call
-        for block, stand_in in zip(blocks, cached, strict=True):
-            block.attention = stand_in.attention
-        model.positional = positional
-    return logits, [stand_in.cache for stand_in in cached]
-
-
-# %% [markdown]
 # ## 8. Training the language model on reviews
 #
 # The text is the IMDB reviews themselves, read as characters: the course package cuts the
@@ -505,11 +477,10 @@ def language_model_step(
 #
 # from m2l_nlp.config import PRESETS
 # from m2l_nlp.data.characters import prepare_characters
-# from m2l_nlp.model.language_models import init_params
+# from m2l_nlp.model.language_models import init_params, language_model
 # from m2l_nlp.runs.language_model import Writer, beside_baselines, learning_note
 # from m2l_nlp.train.loop import train
-# from m2l_nlp.train.metrics import NEXT_CHAR
-# from m2l_nlp.transform import funcs_from_stateful
+# from m2l_nlp.train.metrics import next_token_objective
 #
 # FULL_IMDB = False
 # preset = PRESETS["char-lm"]  # the recipe of m2l_nlp/config.py
@@ -526,15 +497,12 @@ def language_model_step(
 # settings = preset.settings()
 # print(f"{data.reviews}; {len(data.train.ids)} windows; {data.vocab.size} character ids")
 #
-#
-# def forward(input_ids, mask, is_train=True):
-#     return language_model_forward(input_ids, mask, is_train, config=config)
-#
-#
-# model = funcs_from_stateful(forward)
+# yours = sys.modules["__main__"]  # this notebook's modules and functions
+# model, _ = language_model(config, yours)  # your CharLanguageModel: (ids, mask) -> logits
 # params = init_params(model, 0, config.max_len)
+# objective = next_token_objective(next_token_loss)  # your loss is what training lowers
 # result = train(model, params, data.train.split(), settings, eval_data=data.val.split(),
-#                objective=NEXT_CHAR)
+#                objective=objective)
 # bits = result.history["val_loss"][-1]
 # print(beside_baselines("validation", bits, data.val_baselines))
 # print(learning_note(bits, data.val_baselines) or "it beats both baselines")
@@ -544,17 +512,18 @@ def language_model_step(
 # %% [markdown]
 # ## 9. Writing, one character at a time
 #
-# The course's `Writer` reads the prompt once through `language_model_step` (your modules,
-# with your `attend_with_cache`), then draws each new character with your `sample_next`
-# and feeds it back: one position per character, the earlier ones read from the caches.
-# It first checks that the cached path gives your model's own logits on the prompt. On a
+# The course's `Writer` reads the prompt once through your `CharLanguageModel` with caches
+# (your `attend_with_cache` in every block), then draws each new character with your
+# `sample_next` and feeds it back: one position per character, the earlier ones read from
+# the caches. It first checks that the cached path gives your model's own logits on the
+# prompt (where it does not, it says so and reads the whole text again for each character). On a
 # 2-core CPU the cached path writes 64 new characters 9 times faster than reading the whole
 # text again for each one, and 512 characters 39 times faster.
 #
 # Try other prompts, temperatures (0.5, 1.0, 1.5) and `top_k`.
 
 # %% active="ipynb"
-# writer = Writer(model, sys.modules["__main__"], config, data.vocab)  # your modules
+# writer = Writer(model, yours, config, data.vocab)  # your modules
 # PROMPT = "The film"  # type your own beginning
 # TEMPERATURE = 0.8
 # print(repr(PROMPT + writer.write(result.params, PROMPT, 100, temperature=TEMPERATURE)))
@@ -618,7 +587,8 @@ def language_model_step(
 #
 # Return the block's output and both attention maps: the self-attention's `(B, h, T, T)`
 # and the cross-attention's `(B, h, T, S)`, which we plot as an alignment of Greek tokens
-# against English ones.
+# against English ones. Given a `cache`, the self-attention reads it as in `DecoderBlock`
+# (your `attend_with_cache`), and the new cache comes back in place of its weights.
 
 
 # %%
@@ -650,10 +620,13 @@ class TranslationBlock(hk.Module):
         memory: jax.Array,
         source_mask: jax.Array,
         is_train: bool = True,
-    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        cache: LayerCache | None = None,
+        at: jax.Array | int = 0,
+    ) -> tuple[jax.Array, Any, jax.Array]:
         """`x (B, T, D)`, `target_mask (B, T)`, encoder output `memory (B, S, D)` and
         `source_mask (B, S)` -> `(B, T, D)`, self-attention weights `(B, h, T, T)` and
-        cross-attention weights `(B, h, T, S)`."""
+        cross-attention weights `(B, h, T, S)`. With a `cache`: `x` holds positions `at ..`,
+        and the new cache comes back in place of the self-attention weights."""
 
         # BEGIN SOLUTION
         def dropout(y: jax.Array) -> jax.Array:
@@ -661,8 +634,11 @@ class TranslationBlock(hk.Module):
                 return hk.dropout(hk.next_rng_key(), self.p_dropout, y)
             return y
 
-        visible = causal_mask(x.shape[-2])[None, :, :] * jnp.asarray(target_mask)[:, None, :]
-        attended, self_weights = self.self_attention(x, x, x, visible)
+        if cache is None:
+            visible = causal_mask(x.shape[-2])[None, :, :] * jnp.asarray(target_mask)[:, None, :]
+            attended, self_weights = self.self_attention(x, x, x, visible)
+        else:
+            attended, self_weights = attend_with_cache(self.self_attention, x, cache, at)
         x = self.norm_1(x + dropout(attended))
         read, cross_weights = self.cross_attention(x, memory, memory, source_mask)
         x = self.norm_2(x + dropout(read))
@@ -686,6 +662,8 @@ class TranslationBlock(hk.Module):
 # - `decode(target_ids, target_mask, memory, source_mask)`: embed the target tokens, add the
 #   positions, run the blocks in order (each with both masks and the same memory), and map
 #   every position to one logit per token of the vocabulary with `head`: `(B, T, V)`;
+#   with `caches` (translating, one position at a time), the target sits at positions
+#   `at ..` as in `CharLanguageModel`: return the logits and the blocks' new caches;
 # - `__call__`: the two together.
 #
 # `cross_attention_maps` (given) runs the same decoder and keeps every block's
@@ -736,10 +714,22 @@ class Transformer(hk.Module):
         memory: jax.Array,
         source_mask: jax.Array,
         is_train: bool = True,
-    ) -> jax.Array:
+        caches: list[LayerCache] | None = None,
+        at: jax.Array | int = 0,
+    ) -> Any:
         """Target ids and mask `(B, T)`, `memory (B, S, D)`, `source_mask (B, S)` -> logits
-        `(B, T, V)`: at position `t`, the scores of the token that comes after it."""
+        `(B, T, V)`: at position `t`, the scores of the token that comes after it. With
+        `caches` (one per block): the target at positions `at ..`, the logits and the new
+        caches."""
         # BEGIN SOLUTION
+        if caches is not None:  # translating: the target at positions at, at + 1, ...
+            x = self.embedding(target_ids, target_mask)
+            rows = jax.lax.dynamic_slice_in_dim(self.positional.table, at, x.shape[-2])
+            x, new_caches = x + jnp.asarray(rows, x.dtype), []
+            for block, cache in zip(self.blocks, caches, strict=True):
+                x, cache, _ = block(x, target_mask, memory, source_mask, is_train, cache, at)
+                new_caches.append(cache)
+            return self.head(x), new_caches
         x = self.positional(self.embedding(target_ids, target_mask), is_train)
         for block in self.blocks:
             x, _, _ = block(x, target_mask, memory, source_mask, is_train)
@@ -894,75 +884,6 @@ def greedy_decode(
 
 
 # %% [markdown]
-# The course's side of it (read, nothing to write): training reads a source and its target
-# packed into one row, and translating reads one target position at a time, with your
-# `attend_with_cache` answering each block's self-attention from its cache. The encoder's
-# output is computed once per sentence.
-
-
-# %%
-def translation_forward(
-    ids: jax.Array,
-    mask: jax.Array,
-    is_train: bool = True,
-    config: TranslationConfig | None = None,
-) -> jax.Array:
-    """Stateful forward for `funcs_from_stateful`. `ids (B, W)` hold a source at the even
-    columns and its target (`y_1 .. y_n [EOS]`, padded) at the odd ones; the logits
-    `(B, W, V)` score the target at the odd columns (the even ones hold zeros: the loop scores
-    one label per column, and the source's have none). The masks come from the padding."""
-    config = config or TranslationConfig()
-    source, target = ids[:, 0::2], ids[:, 1::2]
-    source_mask = (source != PAD_ID).astype(jnp.int32)
-    target_mask = (target != PAD_ID).astype(jnp.int32)
-    model = Transformer(config, name="transformer")
-    inputs, input_mask = shift_right(target, BOS_ID), shift_right(target_mask, 1)
-    logits = model(source, source_mask, inputs, input_mask, is_train)
-    interleaved = jnp.stack([jnp.zeros_like(logits), logits], axis=2)
-    return interleaved.reshape(ids.shape[0], -1, logits.shape[-1])
-
-
-class DecoderState(NamedTuple):
-    """What translating carries from one position to the next."""
-
-    memory: jax.Array  # (B, S, D): the encoder's output
-    source_mask: jax.Array  # (B, S)
-    caches: list[LayerCache]  # every decoder block's self-attention keys and values
-
-
-def start_translation(
-    source_ids: jax.Array, source_mask: jax.Array, config: TranslationConfig
-) -> DecoderState:
-    """The encoder's output for the source, and empty caches."""
-    memory = Transformer(config, name="transformer").encode(source_ids, source_mask, False)
-    return DecoderState(memory, source_mask, empty_caches(config, source_ids.shape[0]))
-
-
-def translation_step(
-    tokens: jax.Array, at: jax.Array, state: DecoderState, config: TranslationConfig
-) -> tuple[jax.Array, DecoderState]:
-    """Logits `(B, V)` of the token after `tokens (B,)` at position `at`, and the state with
-    their keys and values cached (evaluation mode)."""
-    model = Transformer(config, name="transformer")
-    positional = model.positional
-    cached = [
-        _AttentionFromCache(b.self_attention, c, at)
-        for b, c in zip(model.blocks, state.caches, strict=True)
-    ]
-    try:
-        for block, stand_in in zip(model.blocks, cached, strict=True):
-            block.self_attention = stand_in
-        model.positional = _PositionsFrom(positional, config, at)
-        ids = tokens[:, None]
-        logits = model.decode(ids, jnp.ones_like(ids), state.memory, state.source_mask, False)
-    finally:  # the modules as they were, for any later call
-        for block, stand_in in zip(model.blocks, cached, strict=True):
-            block.self_attention = stand_in.attention
-        model.positional = positional
-    return logits[:, 0], state._replace(caches=[stand_in.cache for stand_in in cached])
-
-
-# %% [markdown]
 # ## 15. Training the translator
 #
 # The pairs are split by sentence, not by pair: Tatoeba often gives one English sentence
@@ -976,11 +897,12 @@ def translation_step(
 # text, final sigma and all.
 #
 # The loop is the one of practicals 2 and 3 (`m2l-nlp train --preset translate` runs the
-# same, with the test side read once at the end). Each training row packs a source and its
-# target (your `translation_forward` above unpacks it); the loss is the cross-entropy of
-# every real target token, in bits. After training, the validation sentences are
-# translated with your `greedy_decode` and scored with chrF (character n-grams, from 0 to
-# 100) against all of their Greek renderings.
+# same, with the test side read once at the end). Each batch holds sources and their
+# targets; your `Transformer` reads each target behind the start token (your `shift_right`)
+# and your `sequence_loss` scores every real target token: that is the loss training
+# lowers, reported in bits. After training, the validation sentences are translated with
+# your `greedy_decode` and scored with chrF (character n-grams, from 0 to 100) against all
+# of their Greek renderings.
 #
 # With the bundled excerpt (`FULL_TATOEBA = False`: 2,550 training pairs, 4 epochs) this
 # takes minutes and shows the path only; the translations are poor. When we measured
@@ -994,9 +916,11 @@ def translation_step(
 # from m2l_nlp.data.tokenization import BOS_ID, EOS_ID
 # from m2l_nlp.data.translation import prepare_translation
 # from m2l_nlp.model.translators import init_params as init_translator
-# from m2l_nlp.runs.translation import Translator, bits_per_token
+# from m2l_nlp.model.translators import translator
+# from m2l_nlp.runs.translation import Translator
 # from m2l_nlp.train import translation_scores
-# from m2l_nlp.train.metrics import TARGET_TOKENS
+# from m2l_nlp.train.evaluation import evaluate
+# from m2l_nlp.train.metrics import sequence_objective
 #
 # FULL_TATOEBA = False
 # preset = PRESETS["translate"]  # the recipe of m2l_nlp/config.py
@@ -1006,19 +930,14 @@ def translation_step(
 # print(pairs.pairs.counts["pairs"], "pairs;", pairs.tokenizer.get_vocab_size(), "tokens")
 # config = preset.model_config(pairs.tokenizer.get_vocab_size())  # TranslationConfig
 # epochs = preset.train["epochs"] if FULL_TATOEBA else 4
-# settings = preset.settings(crop_len=2 * config.max_len, epochs=epochs)
-#
-#
-# def translation(ids, mask, is_train=True):
-#     return translation_forward(ids, mask, is_train, config=config)
-#
-#
-# translator_model = funcs_from_stateful(translation)
+# settings = preset.settings(crop_len=config.max_len, epochs=epochs)
+# translator_model, _ = translator(config, yours, start_id=BOS_ID)  # your Transformer
 # translator_params = init_translator(translator_model, 0, config.max_len)
+# objective = sequence_objective(sequence_loss)  # your loss is what training lowers
 # trained = train(
-#     translator_model, translator_params, pairs.train, settings, objective=TARGET_TOKENS
+#     translator_model, translator_params, pairs.train, settings, objective=objective
 # )
-# bits = bits_per_token(translator_model, trained.params, pairs.val)
+# bits = evaluate(trained.params, translator_model, pairs.val, objective=objective).loss
 # print(f"validation: {bits:.3f} bits per target token")
 # plotting.plot_training_curves(trained.history, title="Training curves (bits per token)")
 
@@ -1027,8 +946,7 @@ def translation_step(
 # ## 16. Translating
 #
 # The course's `Translator` encodes each sentence once, then runs your `greedy_decode` over
-# `translation_step`: your `Transformer`, one target position at a time, with every
-# block's self-attention answered from its key/value cache by your `attend_with_cache`
+# a step that calls your `Transformer.decode` with caches, one target position at a time
 # (checked first against your model's own forward; where they differ it says so and reads
 # the whole prefix again instead). `beam=4` uses the course's beam search instead of your
 # greedy loop: it keeps the 4 likeliest partial translations at every step and ranks the
@@ -1036,7 +954,7 @@ def translation_step(
 # translations do not win for being short. Type your own sentences.
 
 # %% active="ipynb"
-# translator = Translator(translator_model, sys.modules["__main__"], config, pairs.tokenizer)
+# translator = Translator(translator_model, yours, config, pairs.tokenizer)
 # english, greek = tatoeba.references(pairs.pairs.val)
 # hypotheses = translator.translate(trained.params, english)
 # print("validation chrF:", round(translation_scores.score(hypotheses, greek).chrf, 1))

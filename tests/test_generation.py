@@ -7,10 +7,8 @@ import numpy as np
 import pytest
 
 from m2l_nlp.config import LanguageModelConfig
-from m2l_nlp.impl import load_practical
 from m2l_nlp.model import generation
-from m2l_nlp.model.language_models import cached_step
-from m2l_nlp.transform import funcs_from_stateful
+from m2l_nlp.model.language_models import decoder, language_model
 
 CONFIG = LanguageModelConfig(
     vocab_size=17, num_layers=2, num_heads=2, d_model=16, d_ff=32, p_dropout=0.1, max_len=24
@@ -19,47 +17,48 @@ CONFIG = LanguageModelConfig(
 
 @pytest.fixture(scope="module")
 def lm():
-    p3 = load_practical("practical3_translation", "solutions")
-    funcs = funcs_from_stateful(
-        lambda ids, mask, is_train=True: p3.language_model_forward(ids, mask, is_train, CONFIG)
-    )
+    funcs, p3 = language_model(CONFIG)
     ids = np.ones((1, 4), np.int32)
     params = funcs.init_params(jax.random.PRNGKey(0), ids, ids, True)
     rng = np.random.default_rng(0)  # away from the initial LayerNorms and zero biases
     params = jax.tree_util.tree_map(lambda p: p + 0.3 * rng.standard_normal(p.shape), params)
-    return p3, funcs, params, cached_step(CONFIG, p3)
+    return p3, funcs, params, decoder(CONFIG, p3)
 
 
 def test_the_cache_and_recomputing_give_the_same_logits_and_text(lm):
     """At every step both paths score the next character alike (float tolerance), and with
     one key they write the same characters."""
-    p3, funcs, params, step = lm
+    p3, funcs, params, decode = lm
     prompt = np.array([[3, 5, 7, 2, 9], [4, 4, 1, 8, 6]], np.int32)
     key = jax.random.PRNGKey(3)
     knobs = dict(new_chars=12, sample=p3.sample_next, temperature=0.8, top_k=None)
-    caches = p3.empty_caches(CONFIG, 2)
+    caches = generation.start(CONFIG, 2, (), p3.LayerCache)
+    step = generation.cached(decode)
     cached = generation.generate(params, caches, prompt, key, step=step, **knobs)
-    apply = funcs.model_fw.apply
-    plain = generation.generate_recomputing(
-        params, prompt, key, apply=apply, window=CONFIG.max_len, **knobs
-    )
+    ids = generation.start(CONFIG, 2, (), None)
+    step = generation.recomputing(decode)
+    plain = generation.generate(params, ids, prompt, key, step=step, **knobs)
     np.testing.assert_allclose(cached.logits, plain.logits, rtol=1e-4, atol=1e-4)
     np.testing.assert_array_equal(cached.ids, plain.ids)
     assert cached.ids.shape == (2, 12) and len(set(np.asarray(cached.ids).ravel())) > 2
 
 
 def test_a_cache_that_is_not_the_model_is_refused(lm):
-    p3, funcs, params, step = lm
+    p3, funcs, params, decode = lm
     prompt = np.array([[3, 5, 7]], np.int32)
-    caches = p3.empty_caches(CONFIG, 1)
-    generation.check_cache(params, caches, step, funcs.model_fw.apply, prompt)  # the same
+    want = np.asarray(funcs.model_fw.apply(params, prompt, np.ones_like(prompt)))
+    caches = generation.start(CONFIG, 1, (), p3.LayerCache)
+    step = generation.cached(decode)
+    generation.check_cache(params, step, caches, prompt, want)  # the same
 
-    def one_off(params, ids, caches, at):  # e.g. keys written one position late
-        logits, caches = step(params, ids, caches, at)
+    def one_off(params, ids, at, caches):  # e.g. keys written one position late
+        logits, caches = step(params, ids, at, caches)
         return logits + (at > 0), caches
 
     with pytest.raises(ValueError, match="attention_cache"):
-        generation.check_cache(params, caches, one_off, funcs.model_fw.apply, prompt)
+        generation.check_cache(params, one_off, caches, prompt, want)
+    with pytest.raises(ValueError, match="should return the logits and the new caches"):
+        generation.check_cache(params, lambda *args: step(*args)[0], caches, prompt, want)
 
 
 def test_generation_never_runs_past_the_window():

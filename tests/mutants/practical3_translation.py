@@ -2,9 +2,11 @@
 third item says so, with a message that names the slip: see tests/test_mutants.py)."""
 
 _TRIL = "return jnp.tril(jnp.ones((seq_len, seq_len), jnp.int32))"
+# the end of the block's self-attention (its two branches: without a cache and with one)
+# and the sub-layers after it
+_ATTEND = "attended, weights = attend_with_cache(self.attention, x, cache, at)\n"
 _BLOCK = (
-    "attended, weights = self.attention(x, x, x, visible)\n"
-    "        x = self.norm_1(x + dropout(attended))\n"
+    _ATTEND + "        x = self.norm_1(x + dropout(attended))\n"
     "        x = self.norm_2(x + dropout(self.feed_forward(x, is_train)))"
 )
 
@@ -39,12 +41,16 @@ MUTANTS = {
             "LayerNorm before the sub-layers",
             [
                 (
+                    "attended, weights = self.attention(x, x, x, visible)",
+                    "attended, weights = self.attention(*[self.norm_1(x)] * 3, visible)",
+                ),
+                (
                     _BLOCK,
-                    "y = self.norm_1(x)\n"
-                    "        attended, weights = self.attention(y, y, y, visible)\n"
+                    "attended, weights = attend_with_cache(self.attention, self.norm_1(x), "
+                    "cache, at)\n"
                     "        x = x + dropout(attended)\n"
                     "        x = x + dropout(self.feed_forward(self.norm_2(x), is_train))",
-                )
+                ),
             ],
             {"says": "yours normalises before each sub-layer (pre-LayerNorm)"},
         ),
@@ -53,8 +59,7 @@ MUTANTS = {
             [
                 (
                     _BLOCK,
-                    "attended, weights = self.attention(x, x, x, visible)\n"
-                    "        x = self.norm_2(x + dropout(attended))\n"
+                    _ATTEND + "        x = self.norm_2(x + dropout(attended))\n"
                     "        x = self.norm_1(x + dropout(self.feed_forward(x, is_train)))",
                 )
             ],
@@ -65,8 +70,7 @@ MUTANTS = {
             [
                 (
                     _BLOCK,
-                    "attended, weights = self.attention(x, x, x, visible)\n"
-                    "        x = x + self.norm_1(dropout(attended))\n"
+                    _ATTEND + "        x = x + self.norm_1(dropout(attended))\n"
                     "        x = x + self.norm_2(dropout(self.feed_forward(x, is_train)))",
                 )
             ],
@@ -208,6 +212,30 @@ MUTANTS = {
     ],
     "attention_cache": [
         (
+            "writing reads the positions from 0",
+            [
+                (
+                    "table, at, x.shape[-2])\n            x, caches = self.decoder(",
+                    "table, 0, x.shape[-2])\n            x, caches = self.decoder(",
+                )
+            ],
+            {"says": "one position at a time it is not: add the positional rows of positions at"},
+        ),
+        (
+            "the decoder hands back the caches it was given",
+            [("            return x, new_caches\n", "            return x, caches\n")],
+        ),
+        (
+            "the block's cache branch attends without the cache",
+            [
+                (
+                    _ATTEND,
+                    "attended, _ = self.attention(x, x, x)\n            weights = cache\n",
+                )
+            ],
+            {"says": "DecoderBlock runs attend_with_cache(self.attention, x, cache, at)"},
+        ),
+        (
             "cache not written",
             [
                 (
@@ -250,24 +278,38 @@ MUTANTS = {
     ],
     "translation_block": [
         (
+            "the cache branch attends without the cache",
+            [
+                (
+                    "attended, self_weights = attend_with_cache(self.self_attention, x, cache, at)",
+                    "attended, _ = self.self_attention(x, x, x)\n            self_weights = cache",
+                )
+            ],
+            {"says": "Given a cache, the self-attention is attend_with_cache"},
+        ),
+        (
             "LayerNorm before the sub-layers",
             [
                 (
-                    "attended, self_weights = self.self_attention(x, x, x, visible)\n"
+                    "attended, self_weights = self.self_attention(x, x, x, visible)",
+                    "attended, self_weights = self.self_attention(*[self.norm_1(x)] * 3, visible)",
+                ),
+                (
+                    "attended, self_weights = attend_with_cache(self.self_attention, x, cache, at)\n"
                     "        x = self.norm_1(x + dropout(attended))\n"
                     "        read, cross_weights = self.cross_attention(x, memory, memory, "
                     "source_mask)\n"
                     "        x = self.norm_2(x + dropout(read))\n"
                     "        x = self.norm_3(x + dropout(self.feed_forward(x, is_train)))",
-                    "y = self.norm_1(x)\n"
-                    "        attended, self_weights = self.self_attention(y, y, y, visible)\n"
+                    "attended, self_weights = attend_with_cache(self.self_attention, "
+                    "self.norm_1(x), cache, at)\n"
                     "        x = x + dropout(attended)\n"
                     "        y = self.norm_2(x)\n"
                     "        read, cross_weights = self.cross_attention(y, memory, memory, "
                     "source_mask)\n"
                     "        x = x + dropout(read)\n"
                     "        x = x + dropout(self.feed_forward(self.norm_3(x), is_train))",
-                )
+                ),
             ],
             {"says": "Your self-attention weights are the reference's for norm_1(x)"},
         ),
@@ -309,6 +351,16 @@ MUTANTS = {
         ),
     ],
     "transformer": [
+        (
+            "translating reads the positions from 0",
+            [
+                (
+                    "table, at, x.shape[-2])\n            x, new_caches = ",
+                    "table, 0, x.shape[-2])\n            x, new_caches = ",
+                )
+            ],
+            {"says": "add the positional rows of positions at"},
+        ),
         (
             "source mask not passed to the blocks",
             [

@@ -1,10 +1,13 @@
 """What the check modules of practical 3 share: the practical's name, the sizes of every
-input, padded batches of characters, and the test that no position reads the future."""
+input, padded batches of characters, the test that no position reads the future, and the
+reading of a module with key/value caches, one position at a time."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any, NamedTuple
 
+import jax.numpy as jnp
 import numpy as np
 
 from m2l_nlp.grading.checks.tools import expect_array, fail
@@ -62,3 +65,40 @@ def layer_norm(x: np.ndarray, norm: dict) -> np.ndarray:
     centred = x - x.mean(-1, keepdims=True)
     scaled = centred / np.sqrt((centred**2).mean(-1, keepdims=True) + 1e-5)
     return (scaled * norm["scale"] + norm["offset"]).astype(np.float32)
+
+
+class Cache(NamedTuple):
+    """A block's keys and values, as the practical's ``LayerCache`` holds them."""
+
+    keys: Any
+    values: Any
+
+
+def empty_cache(batch: int, width: int) -> Cache:
+    """A cache of zeros over ``width`` positions, ``(batch, H, width, D / H)`` each."""
+    zeros = jnp.zeros((batch, H, width, D // H), jnp.float32)
+    return Cache(zeros, zeros)
+
+
+def one_by_one(read: Callable, inputs: Any, positions: Any, caches: Any) -> Any:
+    """``read(piece, caches, at) -> (output, caches)`` over every position of ``inputs
+    (B, S, ...)``, one at a time from ``caches``, ``at`` read from ``positions`` (an array:
+    traced under jit, as while writing); the outputs joined along the positions."""
+    outs = []
+    for at in range(inputs.shape[1]):
+        got = read(inputs[:, at : at + 1], caches, positions[at])
+        if not (isinstance(got, tuple) and len(got) == 2):
+            raise TypeError("given caches, the module should return its output and the new caches")
+        out, caches = got
+        outs.append(out)
+    return jnp.concatenate(outs, axis=1)
+
+
+def cache_slip(whole: np.ndarray, at_once: np.ndarray | None, what: str, fix: str) -> str:
+    """The hint for a reading with caches that is not the module's own on the whole text."""
+    if at_once is not None and np.allclose(at_once, whole, atol=1e-5, rtol=1e-4):
+        return (
+            f"Read all at once from position 0, your {what} is right; one position at a "
+            f"time it is not: {fix}"
+        )
+    return fix

@@ -35,8 +35,10 @@ from m2l_nlp.grading.practicals.practical3.common import (
     D,
     H,
     char_batch,
+    empty_cache,
     expect_no_future,
     layer_norm,
+    one_by_one,
     padded,
 )
 
@@ -57,7 +59,7 @@ block = exercise(
     PRACTICAL,
     points=15,
     targets=("TranslationBlock",),
-    uses=("causal_mask", "MultiheadAttention", "PositionwiseFeedForward"),
+    uses=("causal_mask", "MultiheadAttention", "PositionwiseFeedForward", "attend_with_cache"),
     title="masked self-attention, cross-attention over the encoder's output, feed-forward",
 )
 
@@ -230,6 +232,46 @@ def check_translation_block_reads_no_future(ctx):
     expect_no_future(run, x, rng, "TranslationBlock")
 
 
+@builder
+def _block_with_cache():
+    """The student's block on the whole target, then one position at a time with a cache."""
+
+    def build(ns):
+        def forward(x, memory, source_mask, positions):
+            module = ns.TranslationBlock(D, H, FF, 0.1, name="block")
+            ones = np.ones(x.shape[:2], np.int32)
+            whole = module(x, ones, memory, source_mask, False)[0]
+
+            def read(piece, cache, at):
+                out, cache, _ = module(piece, ones[:, :1], memory, source_mask, False, cache, at)
+                return out, cache
+
+            return whole, one_by_one(read, x, positions, empty_cache(len(x), CONFIG.max_len))
+
+        return forward
+
+    return build
+
+
+@block.check
+def check_translation_block_reads_with_a_cache(ctx):
+    """Given a cache, one target position at a time, your block gives its own output on the
+    whole target."""
+    x, _, memory, source_mask = _block_inputs(ctx.rng())
+    inputs = (x, memory, source_mask, np.arange(T, dtype=np.int32))
+    params = perturb(run_haiku(_block_with_cache(), ctx.ref, None, *inputs), ctx.rng("params"))
+    whole, by_position = run_haiku(_block_with_cache(), ctx.student, params, *inputs)
+    expect_close(
+        expect_array(by_position, "the output", shape=(B, T, D), axes="(B, T, D)"),
+        expect_array(whole, "the output"),
+        "the output one position at a time, with a cache",
+        versus="your TranslationBlock on the whole target",
+        hint="Given a cache, the self-attention is attend_with_cache(self.self_attention, x, "
+        "cache, at) (no mask: the cache holds real tokens only), the rest as without it; "
+        "return the new cache in place of the self-attention weights.",
+    )
+
+
 @block.check
 def check_translation_block_dropout(ctx):
     """Dropout on in training, off in evaluation (no random key needed), p=0 is a no-op."""
@@ -274,6 +316,7 @@ model = exercise(
     uses=(
         "TranslationBlock",
         "TransformerEncoder",
+        "attend_with_cache",
         "MaskedEmbedding",
         "PositionalEncoding",
     ),
@@ -402,6 +445,49 @@ def check_transformer_reads_no_future_and_no_padding(ctx):
         versus="the same source padded less",
         hint="The source's padding must not change the translation: pass source_mask to the "
         "encoder and to every block's cross-attention.",
+    )
+
+
+@builder
+def _decode_with_caches():
+    """The student's `decode` on the whole target, then one position at a time with caches."""
+
+    def build(ns):
+        def forward(memory, source_mask, target, positions):
+            module = ns.Transformer(CONFIG, name="transformer")
+            ones = np.ones(target.shape, np.int32)
+            whole = module.decode(target, ones, memory, source_mask, False)
+
+            def read(piece, caches, at):
+                mask = ones[:, :1]
+                return module.decode(piece, mask, memory, source_mask, False, caches=caches, at=at)
+
+            caches = [empty_cache(len(target), CONFIG.max_len)] * CONFIG.num_layers
+            return whole, one_by_one(read, target, positions, caches)
+
+        return forward
+
+    return build
+
+
+@model.check
+def check_transformer_decodes_with_caches(ctx):
+    """`decode` with caches, one target position at a time, gives your own logits on the
+    whole target."""
+    rng = ctx.rng()
+    _, source_mask, target, _ = _pair(rng)
+    target = np.where(target == 0, 1, target)
+    inputs = (normal(rng, B, SRC, D), source_mask, target, np.arange(T, dtype=np.int32))
+    params = perturb(run_haiku(_decode_with_caches(), ctx.ref, None, *inputs), ctx.rng("params"))
+    whole, by_position = run_haiku(_decode_with_caches(), ctx.student, params, *inputs)
+    expect_close(
+        expect_array(by_position, "the logits", shape=(B, T, VOCAB), axes="(B, T, V)"),
+        expect_array(whole, "the logits"),
+        "the logits of decode one position at a time, with caches",
+        versus="your decode on the whole target",
+        hint="Given caches, add the positional rows of positions at, at + 1, ... "
+        "(jax.lax.dynamic_slice_in_dim(self.positional.table, at, T)), hand block i caches[i] "
+        "with `at`, and return the logits and the blocks' new caches.",
     )
 
 

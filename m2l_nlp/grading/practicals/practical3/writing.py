@@ -18,9 +18,27 @@ from m2l_nlp.grading.checks.tools import (
     perturb,
     run_haiku,
 )
-from m2l_nlp.grading.practicals.practical3.common import PRACTICAL, B, D, H
+from m2l_nlp.grading.practicals.practical3.common import (
+    PRACTICAL,
+    VOCAB,
+    B,
+    D,
+    H,
+    S,
+    cache_slip,
+    empty_cache,
+    one_by_one,
+)
+from m2l_nlp.grading.practicals.practical3.language_model import CONFIG as LM_CONFIG
 
 RETURNS = "attend_with_cache should return (output, LayerCache(keys, values))"
+LM_RETURNS = "given caches, CharLanguageModel should return the logits and the new caches"
+LM_FIX = (
+    "Given a cache, DecoderBlock runs attend_with_cache(self.attention, x, cache, at) in place "
+    "of its masked self-attention and returns the new cache in place of the weights; "
+    "TransformerDecoder hands block i caches[i] and returns the new caches; CharLanguageModel "
+    "returns the logits and the new caches."
+)
 WINDOW = 8
 AT, NEW = 3, 2  # the new positions are 3 and 4 of the window
 
@@ -30,7 +48,8 @@ cache = exercise(
     points=10,
     targets=("attend_with_cache",),
     uses=("scaled_dot_product",),
-    title="self-attention of new positions only, their keys and values written into a cache",
+    title="self-attention of new positions only, their keys and values written into a cache; "
+    "your language model read with caches",
 )
 
 
@@ -225,4 +244,65 @@ def check_cache_one_position_at_a_time(ctx):
         "the output, five new positions at once",
         hint="The query at position at + i sees keys 0..at + i.",
         versus="MultiheadAttention on the whole text (causal mask)",
+    )
+
+
+@builder
+def _model_with_caches():
+    """The student's `CharLanguageModel` on the whole text, then read with caches: all at
+    once from position 0, and one character at a time."""
+
+    def build(ns):
+        def forward(ids, positions):
+            model = ns.CharLanguageModel(LM_CONFIG, name="char_lm")
+            ones = np.ones(ids.shape, np.int32)
+            whole = model(ids, ones, False)
+            caches = [empty_cache(len(ids), LM_CONFIG.max_len)] * LM_CONFIG.num_layers
+            at_once = model(ids, ones, False, caches=caches, at=positions[0])
+            if not (isinstance(at_once, tuple) and len(at_once) == 2):
+                raise TypeError(LM_RETURNS)
+
+            def read(piece, caches, at):
+                return model(piece, ones[:, :1], False, caches=caches, at=at)
+
+            return whole, at_once[0], one_by_one(read, ids, positions, caches)
+
+        return forward
+
+    return build
+
+
+@cache.check
+def check_your_language_model_writes_with_caches(ctx):
+    """Your `CharLanguageModel` read with caches (your `DecoderBlock`, `TransformerDecoder`
+    and `attend_with_cache`), the text at once and then one character at a time, gives its
+    own logits on the whole text."""
+    ids = ctx.rng().integers(1, VOCAB, size=(B, S)).astype(np.int32)
+    positions = np.arange(S, dtype=np.int32)
+    params = perturb(
+        run_haiku(_model_with_caches(), ctx.ref, None, ids, positions), ctx.rng("params")
+    )
+    whole, at_once, by_position = (
+        expect_array(a, name, shape=(B, S, VOCAB), axes="(B, S, V)")
+        for a, name in zip(
+            run_haiku(_model_with_caches(), ctx.student, params, ids, positions),
+            ("the logits", "the logits read with caches", "the logits one at a time"),
+            strict=True,
+        )
+    )
+    versus = "your CharLanguageModel on the whole text"
+    expect_close(
+        at_once, whole, "the logits read with caches from position 0", versus=versus, hint=LM_FIX
+    )
+    fix = (
+        "add the positional rows of positions at, at + 1, ... "
+        "(jax.lax.dynamic_slice_in_dim(self.positional.table, at, S)) and hand each block the "
+        "cache it returned the time before."
+    )
+    expect_close(
+        by_position,
+        whole,
+        "the logits one character at a time",
+        versus=versus,
+        hint=cache_slip(whole, at_once, "model", fix),
     )
