@@ -124,7 +124,7 @@ def test_a_tied_batch_gets_the_gradient_of_the_tied_model(tiny_config, tiny_para
 
     def mean_loss(stored):
         logits = model.model.apply(tie(stored), key, ids, mask, True)
-        return (metrics.BINARY.row_loss(logits, labels) * weights).sum() / weights.sum()
+        return (metrics.BINARY.loss(logits, labels) * weights).sum() / weights.sum()
 
     def mean_grads(stored, tie):  # jitted: one program, not an operation at a time
         batch = step.Batch((ids, mask), labels, weights)
@@ -493,10 +493,13 @@ def test_nothing_compiles_after_the_first_epoch_nor_when_the_same_run_is_started
 
 def test_a_per_token_objective_counts_the_targets_that_exist():
     """An epoch of one step reports the mean over the positions that have a next character
-    (label >= 0), not over the padding nor the window's ends: the step's weights are per
-    token."""
+    (weight 1), not over the padding nor the window's ends, and the loss is the practical's
+    own ``next_token_loss`` (in bits): training lowers what the student wrote."""
+    import math
+
     from m2l_nlp.config import LanguageModelConfig
     from m2l_nlp.model.language_models import init_params, language_model
+    from solutions import practical3_translation as p3
 
     config = LanguageModelConfig(
         vocab_size=12, num_layers=1, num_heads=2, d_model=8, d_ff=16, p_dropout=0.0, max_len=8
@@ -506,19 +509,25 @@ def test_a_per_token_objective_counts_the_targets_that_exist():
     lengths = np.array([8, 5, 3, 8])
     mask = (np.arange(8)[None, :] < lengths[:, None]).astype(np.int32)
     ids = rng.integers(2, 12, (4, 8)).astype(np.int32) * mask
-    labels = np.where(np.arange(8)[None, :] < lengths[:, None] - 1, np.roll(ids, -1, 1), -1)
+    weights = (np.arange(8)[None, :] < lengths[:, None] - 1).astype(np.int32)
+    labels = np.roll(ids, -1, 1) * weights
     params = init_params(funcs, 0, 8)
     settings = TrainSettings(epochs=1, batch_size=4, learning_rate=1e-3, crop_len=8)
+    objective = metrics.next_token_objective(p3.next_token_loss)
+    split = (ids, mask, labels, weights)
     trained = training.train(
-        funcs, params, (ids, mask, labels), settings, objective=metrics.NEXT_CHAR,
-        progress=False, log=None,
-    )  # fmt: skip
-    logits = funcs.model_fw.apply(params, ids, mask)
-    per_token = np.asarray(metrics.NEXT_CHAR.row_loss(logits, labels))
-    counted = labels >= 0
-    assert per_token[~counted].max() == 0.0
-    want = per_token[counted].mean()
-    assert trained.history["loss"] == [pytest.approx(float(want), rel=1e-5)]
-    assert want != pytest.approx(float(per_token.mean()), rel=1e-3)  # padding would change it
-    scored = metrics.score(metrics.NEXT_CHAR, np.asarray(logits), labels)
-    assert scored.loss == pytest.approx(float(want), rel=1e-5)
+        funcs, params, split, settings, objective=objective, progress=False, log=None
+    )
+    logits = np.asarray(funcs.model_fw.apply(params, ids, mask), np.float64)
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    nats = -np.take_along_axis(log_probs, labels[..., None], -1)[..., 0]
+    counted = weights == 1
+    want = nats[counted].mean() / math.log(2)
+    assert trained.history["loss"] == [pytest.approx(want, rel=1e-5)]
+    assert want != pytest.approx(nats.mean() / math.log(2), rel=1e-3)  # padding would change it
+    scored = evaluation.evaluate(params, funcs, split, objective=objective)
+    assert scored.loss == pytest.approx(want, rel=1e-5)
+    # the student's loss is what counts: a loss of nothing trains nothing
+    idle = metrics.next_token_objective(lambda logits, ids, mask: 0.0 * logits.sum())
+    still = training.train(funcs, params, split, settings, objective=idle, progress=False, log=None)
+    assert still.history["loss"] == [0.0]
