@@ -298,7 +298,7 @@ def test_run_json_says_whose_modules_were_trained(tiny, tmp_path, monkeypatch):
         return TrainResult(params, {"loss": [0.7]}, None, 1)
 
     monkeypatch.setattr(experiment, "train", untrained)
-    monkeypatch.setattr(checkpoint, "save_run", lambda out, *args: None)
+    monkeypatch.setattr(checkpoint, "save_run", lambda out, *args, **kwargs: None)
     for impl, said in [("solutions", "solutions"), (notebook_globals(lambda x: x), "notebook")]:
         out = tmp_path / said
         experiment.train_and_evaluate(
