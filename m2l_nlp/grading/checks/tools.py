@@ -529,3 +529,23 @@ def expect_module_trains_like(
     expect_trains_like(
         ctx, draws_of(training), *args, init=evaluation, what=what, hint=hint, draws=draws
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class WithDropout:
+    """A module with dropout as its two dropout checks see it, declared once: ``make``
+    builds it (``make(p_dropout, is_train)``), ``inputs(rng)`` draws a tuple of inputs for
+    it, ``what`` names it in the messages."""
+
+    make: Callable[[float, bool], BuildSpec]
+    inputs: Callable[[np.random.Generator], tuple]
+    what: str
+
+    def expect_only_in_training(self, ctx: Any) -> None:
+        """:func:`expect_dropout_only_in_training`, on inputs drawn for the check."""
+        expect_dropout_only_in_training(ctx, self.make, *self.inputs(ctx.rng()), what=self.what)
+
+    def expect_trains_like(self, ctx: Any, hint: str = "") -> None:
+        """:func:`expect_module_trains_like`, on inputs drawn for the check."""
+        args = self.inputs(ctx.rng())
+        expect_module_trains_like(ctx, self.make, *args, what=self.what, hint=hint)

@@ -17,7 +17,7 @@ from m2l_nlp.grading.checks.tools import (
 )
 
 IN_ORDER = "Apply every block in order, each to the previous block's output, with the mask."
-# the hint of a stack's training-mode check (tools.expect_module_trains_like)
+# the hint of a stack's training-mode check (tools.WithDropout.expect_trains_like)
 NO_DROPOUT_OF_ITS_OWN = "Every block gets is_train; the stack adds no dropout of its own."
 
 

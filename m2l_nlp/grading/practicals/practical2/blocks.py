@@ -7,12 +7,11 @@ import numpy as np
 
 from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.checks.tools import (
+    WithDropout,
     builder,
     compare_module,
     expect_array,
     expect_close,
-    expect_dropout_only_in_training,
-    expect_module_trains_like,
     fail,
     normal,
     perturb,
@@ -51,6 +50,9 @@ def _ffn(p: float, is_train: bool):
         return lambda x: ns.PositionwiseFeedForward(D, FF, p, name="ffn")(x, is_train)
 
     return build
+
+
+FFN = WithDropout(_ffn, lambda rng: (normal(rng, B, S, D),), "PositionwiseFeedForward")
 
 
 def _ffn_hint(ctx, x) -> str:
@@ -95,24 +97,14 @@ def check_ffn_eval_no_dropout(ctx):
 @ffn.check
 def check_ffn_dropout(ctx):
     """Dropout is on in training (p=0.5 changes the output) and p=0 changes nothing."""
-    x = normal(ctx.rng(), B, S, D)
-    expect_dropout_only_in_training(
-        ctx,
-        _ffn,
-        x,
-        what="PositionwiseFeedForward",
-    )
+    FFN.expect_only_in_training(ctx)
 
 
 @ffn.check
 def check_ffn_training_matches_reference(ctx):
     """Training output (p_dropout=0.5) is the reference's: dropout on the hidden layer only."""
-    expect_module_trains_like(
-        ctx,
-        _ffn,
-        normal(ctx.rng(), B, S, D),
-        what="PositionwiseFeedForward",
-        hint="Dropout goes on the hidden layer (after the ReLU), once, and nowhere else.",
+    FFN.expect_trains_like(
+        ctx, hint="Dropout goes on the hidden layer (after the ReLU), once, and nowhere else."
     )
 
 
@@ -139,6 +131,9 @@ def _block(p: float, is_train: bool, return_attention: bool = False):
         return forward
 
     return build
+
+
+BLOCK = WithDropout(_block, _vectors_mask, "EncoderBlock")
 
 
 @block.check(gate=True)
@@ -193,14 +188,7 @@ def check_block_post_layer_norm(ctx):
 @block.check
 def check_block_dropout(ctx):
     """Dropout on in training, off in evaluation (no random key needed), p=0 is a no-op."""
-    x, pad = _vectors_mask(ctx.rng())
-    expect_dropout_only_in_training(
-        ctx,
-        _block,
-        x,
-        pad,
-        what="EncoderBlock",
-    )
+    BLOCK.expect_only_in_training(ctx)
 
 
 @block.check
@@ -230,15 +218,7 @@ SUBLAYER_DROPOUT = (
 @block.check
 def check_block_training_matches_reference(ctx):
     """Training output (p_dropout=0.5) is the reference's: dropout on each sub-layer's output."""
-    x, pad = _vectors_mask(ctx.rng())
-    expect_module_trains_like(
-        ctx,
-        _block,
-        x,
-        pad,
-        what="EncoderBlock",
-        hint=SUBLAYER_DROPOUT,
-    )
+    BLOCK.expect_trains_like(ctx, hint=SUBLAYER_DROPOUT)
 
 
 # --------------------------------------------------------------------------------------------
@@ -269,6 +249,9 @@ def _encoder(p: float, is_train: bool, maps: bool = False):
     return build
 
 
+ENCODER = WithDropout(_encoder, _vectors_mask, "TransformerEncoder")
+
+
 @encoder.check(gate=True)
 def check_encoder_matches_reference(ctx):
     """Evaluation output of 3 blocks matches the reference, with a mask (under jax.jit)."""
@@ -286,20 +269,10 @@ def check_attention_maps(ctx):
 @encoder.check
 def check_encoder_dropout(ctx):
     """`is_train` reaches the blocks: dropout in training, none in evaluation."""
-    x, pad = _vectors_mask(ctx.rng())
-    expect_dropout_only_in_training(
-        ctx,
-        _encoder,
-        x,
-        pad,
-        what="TransformerEncoder",
-    )
+    ENCODER.expect_only_in_training(ctx)
 
 
 @encoder.check
 def check_encoder_training_matches_reference(ctx):
     """Training output (p_dropout=0.5) of 3 blocks is the reference's."""
-    x, pad = _vectors_mask(ctx.rng())
-    expect_module_trains_like(
-        ctx, _encoder, x, pad, what="TransformerEncoder", hint=NO_DROPOUT_OF_ITS_OWN
-    )
+    ENCODER.expect_trains_like(ctx, hint=NO_DROPOUT_OF_ITS_OWN)

@@ -8,12 +8,11 @@ import numpy as np
 from m2l_nlp.config import ClassifierConfig
 from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.checks.tools import (
+    WithDropout,
     builder,
     compare_module,
     expect_array,
     expect_close,
-    expect_dropout_only_in_training,
-    expect_module_trains_like,
     fail,
     jitted,
     normal,
@@ -119,6 +118,9 @@ def _clf(p: float, is_train: bool, pooling: str = "mean"):
     return build
 
 
+CLASSIFIER = WithDropout(_clf, lambda rng: _ids_mask(rng, 4), "TransformerClassifier")
+
+
 @clf.check(gate=True, covers=("TransformerClassifier",))
 def check_classifier_matches_reference(ctx):
     """Logits `(B,)` match the reference for every pooling (evaluation, under jax.jit)."""
@@ -162,26 +164,14 @@ def check_classifier_padding_invariance(ctx):
 @clf.check
 def check_classifier_dropout(ctx):
     """Dropout in training only; evaluation needs no random key."""
-    ids, mask = _ids_mask(ctx.rng())
-    expect_dropout_only_in_training(
-        ctx,
-        _clf,
-        ids,
-        mask,
-        what="TransformerClassifier",
-    )
+    CLASSIFIER.expect_only_in_training(ctx)
 
 
 @clf.check
 def check_classifier_training_matches_reference(ctx):
     """Training logits (p_dropout=0.5) of 4 reviews are the reference's."""
-    ids, mask = _ids_mask(ctx.rng(), 4)
-    expect_module_trains_like(
+    CLASSIFIER.expect_trains_like(
         ctx,
-        _clf,
-        ids,
-        mask,
-        what="TransformerClassifier",
         hint="The positional encoding and the encoder get is_train, and they hold all the "
         "dropout: none on the embedding, the pooled vector or the logits.",
     )

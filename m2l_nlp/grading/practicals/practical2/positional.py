@@ -7,12 +7,11 @@ import numpy as np
 
 from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.checks.tools import (
+    WithDropout,
     builder,
     compare_module,
     expect_array,
     expect_close,
-    expect_dropout_only_in_training,
-    expect_module_trains_like,
     fail,
     grading_seed,
     normal,
@@ -131,6 +130,9 @@ def _pe(p: float, is_train: bool, max_len: int = 20):
     return build
 
 
+PE = WithDropout(_pe, lambda rng: (normal(rng, B, S, D),), "PositionalEncoding")
+
+
 @pe.check(gate=True, covers=("PositionalEncoding",))
 def check_adds_table(ctx):
     """In evaluation, the output is `x + table[:S]` (under jax.jit)."""
@@ -176,22 +178,10 @@ def check_too_long_raises(ctx):
 @pe.check
 def check_pe_dropout(ctx):
     """Dropout after the addition in training only."""
-    x = normal(ctx.rng(), B, S, D)
-    expect_dropout_only_in_training(
-        ctx,
-        _pe,
-        x,
-        what="PositionalEncoding",
-    )
+    PE.expect_only_in_training(ctx)
 
 
 @pe.check
 def check_pe_training_matches_reference(ctx):
     """Training output (p_dropout=0.5) is the reference's: dropout on the sum, once."""
-    expect_module_trains_like(
-        ctx,
-        _pe,
-        normal(ctx.rng(), B, S, D),
-        what="PositionalEncoding",
-        hint="Dropout goes on the sum of the input and the table, once.",
-    )
+    PE.expect_trains_like(ctx, hint="Dropout goes on the sum of the input and the table, once.")
