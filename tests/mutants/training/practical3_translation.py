@@ -8,7 +8,8 @@ _HELPER = (
     "            if is_train and self.p_dropout > 0:\n"
     "                return hk.dropout(hk.next_rng_key(), self.p_dropout, y)\n"
     "            return y\n\n"
-    "        visible = causal_mask(x.shape[-2])[None, :, :] * jnp.asarray("
+    "        if cache is None:\n"
+    "            visible = causal_mask(x.shape[-2])[None, :, :] * jnp.asarray("
 )
 _D_HELPER = _HELPER + "mask)"  # DecoderBlock's
 _T_HELPER = _HELPER + "target_mask)"  # TranslationBlock's

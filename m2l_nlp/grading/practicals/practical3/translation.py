@@ -15,15 +15,16 @@ from m2l_nlp.grading.checks.tools import (
     DRAWS,
     builder,
     compare_module,
+    draws_of,
     expect_array,
     expect_close,
     expect_dropout_only_in_training,
+    expect_module_trains_like,
     expect_rows_sum_to_one,
     expect_trains_like,
     fail,
     jitted,
     normal,
-    over_draws,
     perturb,
     run_haiku,
 )
@@ -278,26 +279,13 @@ def check_translation_block_dropout(ctx):
     expect_dropout_only_in_training(ctx, _block, *_block_inputs(ctx.rng()), what="TranslationBlock")
 
 
-@builder
-def _block_draws(copies: int):
-    def build(ns):
-        def forward(x, target_mask, memory, source_mask):
-            module = ns.TranslationBlock(D, H, FF, DRAW_P, name="block")
-            return module(x, target_mask, memory, source_mask, True)
-
-        return over_draws(forward, copies)
-
-    return build
-
-
 @block.check
 def check_translation_block_training_matches_reference(ctx):
     """Training output (p_dropout=0.5) is the reference's: dropout on each sub-layer's output."""
-    expect_trains_like(
+    expect_module_trains_like(
         ctx,
-        _block_draws,
+        _block,
         *_block_inputs(ctx.rng()),
-        init=_block(0.1, False),
         what="TranslationBlock",
         hint="Dropout goes on each sub-layer's output (the self-attention's, the "
         "cross-attention's, the feed-forward's), once, before the residual is added; the "
@@ -325,13 +313,15 @@ model = exercise(
 
 
 @builder
-def _transformer(part: str):
+def _transformer(part: str, p: float = CONFIG.p_dropout, is_train: bool = False):
+    config = dataclasses.replace(CONFIG, p_dropout=p)
+
     def build(ns):
         def forward(source, source_mask, target, target_mask):
-            module = ns.Transformer(CONFIG, name="transformer")
+            module = ns.Transformer(config, name="transformer")
             if part == "encode":
-                return module.encode(source, source_mask, False)
-            return module(source, source_mask, target, target_mask, False)
+                return module.encode(source, source_mask, is_train)
+            return module(source, source_mask, target, target_mask, is_train)
 
         return forward
 
@@ -491,26 +481,12 @@ def check_transformer_decodes_with_caches(ctx):
     )
 
 
-@builder
-def _transformer_draws(copies: int):
-    config = dataclasses.replace(CONFIG, p_dropout=DRAW_P)
-
-    def build(ns):
-        def forward(source, source_mask, target, target_mask):
-            module = ns.Transformer(config, name="transformer")
-            return module(source, source_mask, target, target_mask, True)
-
-        return over_draws(forward, copies)
-
-    return build
-
-
 @model.check
 def check_transformer_training_matches_reference(ctx):
     """Training logits (p_dropout=0.5) are the reference's."""
     expect_trains_like(
         ctx,
-        _transformer_draws,
+        draws_of(_transformer("whole", DRAW_P, True)),
         *_pair(ctx.rng()),
         init=_transformer("whole"),
         draws=8 * DRAWS,  # many dropout sites: one is a small part of the noise
