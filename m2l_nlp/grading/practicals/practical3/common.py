@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from m2l_nlp.grading.checks.tools import expect_array, fail
+from m2l_nlp.grading.checks.tools import expect_array, expect_close, fail, perturb, run_haiku
 
 PRACTICAL = "practical3_translation"
 
@@ -102,3 +102,21 @@ def cache_slip(whole: np.ndarray, at_once: np.ndarray | None, what: str, fix: st
             f"time it is not: {fix}"
         )
     return fix
+
+
+def expect_reading_with_caches(
+    ctx: Any, build: Any, inputs: tuple, what: str, axes: str, versus: str, hint: str
+) -> None:
+    """``build``'s forward gives the student's module on the whole text and read one position
+    at a time with caches: the two must agree (``what`` names the output, ``axes`` its
+    shape, the last of ``inputs`` being the positions)."""
+    params = perturb(run_haiku(build, ctx.ref, None, *inputs), ctx.rng("params"))
+    whole, by_position = run_haiku(build, ctx.student, params, *inputs)
+    whole = expect_array(whole, what)
+    expect_close(
+        expect_array(by_position, what, shape=whole.shape, axes=axes),
+        whole,
+        f"{what} one position at a time, with caches",
+        versus=versus,
+        hint=hint,
+    )

@@ -38,6 +38,7 @@ from m2l_nlp.grading.practicals.practical3.common import (
     char_batch,
     empty_cache,
     expect_no_future,
+    expect_reading_with_caches,
     layer_norm,
     one_by_one,
     padded,
@@ -259,15 +260,14 @@ def check_translation_block_reads_with_a_cache(ctx):
     """Given a cache, one target position at a time, your block gives its own output on the
     whole target."""
     x, _, memory, source_mask = _block_inputs(ctx.rng())
-    inputs = (x, memory, source_mask, np.arange(T, dtype=np.int32))
-    params = perturb(run_haiku(_block_with_cache(), ctx.ref, None, *inputs), ctx.rng("params"))
-    whole, by_position = run_haiku(_block_with_cache(), ctx.student, params, *inputs)
-    expect_close(
-        expect_array(by_position, "the output", shape=(B, T, D), axes="(B, T, D)"),
-        expect_array(whole, "the output"),
-        "the output one position at a time, with a cache",
-        versus="your TranslationBlock on the whole target",
-        hint="Given a cache, the self-attention is attend_with_cache(self.self_attention, x, "
+    expect_reading_with_caches(
+        ctx,
+        _block_with_cache(),
+        (x, memory, source_mask, np.arange(T, dtype=np.int32)),
+        "the output",
+        "(B, T, D)",
+        "your TranslationBlock on the whole target",
+        "Given a cache, the self-attention is attend_with_cache(self.self_attention, x, "
         "cache, at) (no mask: the cache holds real tokens only), the rest as without it; "
         "return the new cache in place of the self-attention weights.",
     )
@@ -467,15 +467,14 @@ def check_transformer_decodes_with_caches(ctx):
     rng = ctx.rng()
     _, source_mask, target, _ = _pair(rng)
     target = np.where(target == 0, 1, target)
-    inputs = (normal(rng, B, SRC, D), source_mask, target, np.arange(T, dtype=np.int32))
-    params = perturb(run_haiku(_decode_with_caches(), ctx.ref, None, *inputs), ctx.rng("params"))
-    whole, by_position = run_haiku(_decode_with_caches(), ctx.student, params, *inputs)
-    expect_close(
-        expect_array(by_position, "the logits", shape=(B, T, VOCAB), axes="(B, T, V)"),
-        expect_array(whole, "the logits"),
-        "the logits of decode one position at a time, with caches",
-        versus="your decode on the whole target",
-        hint="Given caches, add the positional rows of positions at, at + 1, ... "
+    expect_reading_with_caches(
+        ctx,
+        _decode_with_caches(),
+        (normal(rng, B, SRC, D), source_mask, target, np.arange(T, dtype=np.int32)),
+        "the logits of decode",
+        "(B, T, V)",
+        "your decode on the whole target",
+        "Given caches, add the positional rows of positions at, at + 1, ... "
         "(jax.lax.dynamic_slice_in_dim(self.positional.table, at, T)), hand block i caches[i] "
         "with `at`, and return the logits and the blocks' new caches.",
     )
