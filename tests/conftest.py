@@ -142,3 +142,16 @@ def random_split():
 def signal_split():
     """``signal_split(n, seq_len=48, seed=0) -> (ids, mask, labels)`` of a learnable task."""
     return _signal_split
+
+
+@pytest.fixture
+def same_parameters():
+    """``check(one, other)``: the two checkpoint folders hold bit-identical parameters."""
+
+    def check(one, other) -> None:
+        with np.load(one / "params.npz") as a, np.load(other / "params.npz") as b:
+            assert sorted(a.files) == sorted(b.files)
+            for name in a.files:
+                assert a[name].tobytes() == b[name].tobytes(), name
+
+    return check

@@ -28,7 +28,7 @@ TINY = [
 
 
 @pytest.mark.slow
-def test_train_then_generate_and_resume(tmp_path, monkeypatch, capsys):
+def test_train_then_generate_and_resume(tmp_path, monkeypatch, capsys, same_parameters):
     """A tiny char-lm on the bundled reviews: bits per character each epoch with a sample,
     test bits beside both baselines, a checkpoint that `generate` continues text from; a run
     stopped after epoch 1 resumes to the same numbers."""
@@ -65,6 +65,7 @@ def test_train_then_generate_and_resume(tmp_path, monkeypatch, capsys):
     again = json.loads((tmp_path / "stopped" / "metrics.json").read_text())
     assert again["history"] == metrics["history"]
     assert again["test_bits_per_char"] == metrics["test_bits_per_char"]
+    same_parameters(tmp_path / "lm" / "checkpoint", tmp_path / "stopped" / "checkpoint")
 
 
 def test_a_writer_without_a_working_cache_writes_the_same_text_more_slowly(capsys):

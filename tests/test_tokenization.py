@@ -257,3 +257,14 @@ def test_the_test_side_round_trips_through_a_tokenizer_of_the_training_side():
     unknown = tok.token_to_id(tokenization.UNK_TOKEN)
     for text, ids in zip(texts, tokenization.encode_sentences(tok, texts), strict=True):
         assert unknown not in ids and tok.decode(ids) == text
+
+
+def test_the_translation_tokenizer_is_the_same_every_time_it_is_trained(translation_tok):
+    """The trainer lists its rarest characters in the order of a hash table; the tokenizer
+    gives them a fixed order, so a run started again (--resume) reads the same ids."""
+    from m2l_nlp.data import tatoeba
+
+    pairs = tatoeba.read_pairs(tatoeba.resolve_pairs("small"))
+    texts = [p.en for p in pairs] + [p.el for p in pairs]
+    again = [tokenization.train_translation_tokenizer(texts, vocab_size=1500) for _ in range(3)]
+    assert {tok.to_str() for tok in again} == {translation_tok.to_str()}

@@ -163,14 +163,24 @@ TINY = [
 
 
 @pytest.mark.slow
-def test_train_then_translate(tmp_path, capsys):
+def test_train_then_translate_and_resume(tmp_path, capsys, monkeypatch, same_parameters):
     """A tiny translator on the bundled pairs: validation chrF each epoch, test BLEU and
-    chrF with both baselines and sacreBLEU's signatures, a checkpoint `translate` reads."""
+    chrF with both baselines and sacreBLEU's signatures, a checkpoint `translate` reads; a
+    run stopped after epoch 1 resumes to the same numbers and parameters."""
+    from m2l_nlp.runs import folders as runs
+
     out = tmp_path / "tr"
-    args = ["train", "--preset", "translate", "--data", "small", "--epochs", "1"]
-    assert cli.main([*args, *TINY, "--no-progress", "--out", str(out)]) == 0
+    args = ["train", "--preset", "translate", "--data", "small", "--epochs", "2"]
+    args += [*TINY, "--no-progress"]
+    assert cli.main([*args, "--out", str(out)]) == 0
     said = capsys.readouterr().out
-    for words in ("validation chrF", "val_bits/token", "beam 4", "retrieval, random pair split", "tok:13a"):
+    for words in (
+        "validation chrF",
+        "val_bits/token",
+        "beam 4",
+        "retrieval, random pair split",
+        "tok:13a",
+    ):
         assert words in said
     metrics = json.loads((out / "metrics.json").read_text())
     assert set(metrics["test_scores"]) == {
@@ -187,6 +197,22 @@ def test_train_then_translate(tmp_path, capsys):
         0,
         2,
     )
+
+    saving = runs.RunFolder.save_progress
+
+    def stop_after_epoch_1(self, info, arrays):
+        saving(self, info, arrays)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runs.RunFolder, "save_progress", stop_after_epoch_1)
+    stopped = [*args, "--out", str(tmp_path / "stopped")]
+    assert cli.main(stopped) == 130
+    monkeypatch.undo()
+    assert cli.main([*stopped, "--resume"]) == 0
+    again = json.loads((tmp_path / "stopped" / "metrics.json").read_text())
+    assert again["history"] == metrics["history"] and len(again["history"]["val_chrf"]) == 2
+    assert again["test_scores"] == metrics["test_scores"]
+    same_parameters(out / "checkpoint", tmp_path / "stopped" / "checkpoint")
 
 
 def test_training_the_stubs_is_refused_in_one_line_before_a_folder_is_made(tmp_path, capsys):

@@ -132,7 +132,8 @@ def _train(tok: Tokenizer, trainer, texts: list[str], specials: Sequence[str]) -
     assert tok.token_to_id(PAD_TOKEN) == PAD_ID, "the trainer must give [PAD] the id 0"
     # Returned as it will read back from disk (the JSON reader rounds some scores by one
     # ulp), so a fresh and a saved-then-loaded tokenizer are the same.
-    return Tokenizer.from_str(json.dumps(_canonical(json.loads(tok.to_str()), specials)))
+    spec = _canonical(json.loads(tok.to_str()), specials)
+    return Tokenizer.from_str(json.dumps(spec))
 
 
 def _canonical(spec: dict, specials: Sequence[str]) -> dict:
@@ -142,16 +143,37 @@ def _canonical(spec: dict, specials: Sequence[str]) -> dict:
     (with ``TOKENIZERS_PARALLELISM=false`` too; likely a hash table's per-process seed), so
     two trainings on the same texts give the same tokens with scores that differ in the
     14th digit, listed in a slightly different order: other ids, another model
-    initialisation, another run with the same seed. Rounding the scores and
-    ordering the tokens by score, then text (the special tokens keep their first places)
+    initialisation, another run with the same seed. Rounding the scores, giving the
+    rarest characters their made-up scores in a fixed order (:func:`_rare_characters_in_order`)
+    and ordering the tokens by score, then text (the special tokens keep their first places)
     makes the ids a function of the texts alone.
     """
     vocab = spec["model"]["vocab"]  # [[token, log-probability], ...], specials first
     n = len(specials)
     assert [t for t, _ in vocab[:n]] == list(specials), "specials must come first"
     rest = [[t, round(score, SCORE_DECIMALS)] for t, score in vocab[n:]]
+    rest = _rare_characters_in_order(rest)
     spec["model"]["vocab"] = vocab[:n] + sorted(rest, key=lambda ts: (-ts[1], ts[0]))
     return spec
+
+
+def _rare_characters_in_order(vocab: list[list]) -> list[list]:
+    """``vocab`` with the scores of its rarest characters given out in the order of the
+    characters.
+
+    The Unigram trainer gives each character it must keep but did not make a piece of
+    (the initial alphabet's, a rare one of the texts) a made-up score, a step of 1e-4
+    apart, in the order of a hash table: another order in every training. Those scores
+    lie below every longer piece's; handed out by text among the characters there, they
+    (and the ids) are the same in every training. A character alone that is so rare has
+    no other segmentation worth a longer piece's score, so no encoding changes."""
+    longer = [score for token, score in vocab if len(token) > 1]
+    floor = min(longer) if longer else float("inf")
+    rare = [i for i, (token, score) in enumerate(vocab) if len(token) == 1 and score < floor]
+    scores = sorted((vocab[i][1] for i in rare), reverse=True)
+    chars = sorted(vocab[i][0] for i in rare)
+    fixed = dict(zip(chars, scores, strict=True))
+    return [[token, fixed.get(token, score)] for token, score in vocab]
 
 
 def save_tokenizer(tokenizer: Tokenizer, path: str | os.PathLike) -> Path:
