@@ -93,7 +93,7 @@ def for_preset(
     """The model a preset names, its config and (TF-IDF baselines) the idf weights, which
     are fitted on ``train_ids``/``train_mask``."""
     config = preset.model_config(vocab_size)
-    if preset.architecture == TRANSFORMER:
+    if isinstance(config, ClassifierConfig):
         return classifier(config, impl), config, None
     idf = None
     if getattr(config, "use_tfidf", False):
