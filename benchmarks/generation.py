@@ -19,7 +19,7 @@ import jax
 import numpy as np
 
 from m2l_nlp import devices
-from m2l_nlp.config import PRESETS, LanguageModelConfig
+from m2l_nlp.config import PRESETS, TransformerConfig
 from m2l_nlp.model import generation
 from m2l_nlp.model.language_models import decoder, language_model
 
@@ -39,7 +39,7 @@ def rate(run, new_chars: int, repeats: int) -> float:
 def measure(sizes: dict, new_chars: int, repeats: int) -> tuple[float, float]:
     """Characters per second ``(cached, recomputing)`` for ``new_chars`` new characters; the
     window holds the prompt and them (recomputing runs the model over all of it)."""
-    config = LanguageModelConfig(**sizes, max_len=PROMPT + new_chars)
+    config = TransformerConfig(**sizes, max_len=PROMPT + new_chars)
     funcs, p3 = language_model(config)
     prompt = np.arange(1, PROMPT + 1, dtype=np.int32)[None]
     params = funcs.init_params(jax.random.PRNGKey(0), prompt, np.ones_like(prompt), True)

@@ -118,42 +118,22 @@ class ClassifierConfig:
 
 
 @dataclasses.dataclass(frozen=True)
-class LanguageModelConfig:
-    """Sizes of practical 3's decoder-only language model (characters of IMDB reviews).
+class TransformerConfig:
+    """Sizes of practical 3's models: the character language model (``num_layers``
+    decoder blocks) and the English-Greek translator (``num_layers`` encoder blocks and as
+    many decoder blocks, one vocabulary shared by both languages).
 
-    ``max_len`` is the window: the longest text the model reads at once, prompt and
-    generated characters together."""
+    ``max_len`` is the window: the language model's longest text, prompt and generated
+    characters together; the translator's longest source, and longest translation with
+    its end token."""
 
     vocab_size: int = 100
-    num_layers: int = 4
+    num_layers: int = 2
     num_heads: int = 4
     d_model: int = 128
     d_ff: int = 512
     p_dropout: float = 0.1
     max_len: int = 128
-
-    def __post_init__(self) -> None:
-        check_field_types(self)
-        check_at_least(self, 1, ("vocab_size", "num_layers", "d_ff", "max_len"))
-        check_heads(self)
-        check_fraction(self, ("p_dropout",))
-
-
-@dataclasses.dataclass(frozen=True)
-class TranslationConfig:
-    """Sizes of practical 3's encoder-decoder Transformer (English to Greek).
-
-    One vocabulary serves both languages (a shared tokenizer), and ``max_len`` bounds both
-    sides: a source of at most ``max_len`` tokens, a translation of at most ``max_len``
-    tokens, its end token included."""
-
-    vocab_size: int = 8000
-    num_layers: int = 2  # encoder blocks, and as many decoder blocks
-    num_heads: int = 4
-    d_model: int = 128
-    d_ff: int = 512
-    p_dropout: float = 0.1
-    max_len: int = 32
 
     def __post_init__(self) -> None:
         check_field_types(self)
@@ -274,8 +254,8 @@ class BaselineConfig:
 MODEL_CONFIGS: dict[str, type] = {
     TRANSFORMER: ClassifierConfig,
     **dict.fromkeys(BASELINES, BaselineConfig),
-    LANGUAGE_MODEL: LanguageModelConfig,
-    TRANSLATION: TranslationConfig,
+    LANGUAGE_MODEL: TransformerConfig,
+    TRANSLATION: TransformerConfig,
 }
 
 
@@ -310,8 +290,7 @@ class Preset:
         check_field_types(self)
         if self.architecture not in MODEL_CONFIGS:
             raise ValueError(
-                f"architecture must be one of {', '.join(MODEL_CONFIGS)}, not "
-                f"{self.architecture!r}"
+                f"architecture must be one of {', '.join(MODEL_CONFIGS)}, not {self.architecture!r}"
             )
         limits = {
             "vocab_size": MIN_VOCAB_SIZE,
@@ -347,7 +326,7 @@ class Preset:
 
     def model_config(
         self, vocab_size: int | None = None
-    ) -> ClassifierConfig | BaselineConfig | LanguageModelConfig | TranslationConfig:
+    ) -> ClassifierConfig | BaselineConfig | TransformerConfig:
         """The model's config, for the data's vocabulary (pair tokens included)."""
         vocab = self.vocab_size if vocab_size is None else vocab_size
         config = MODEL_CONFIGS[self.architecture]

@@ -55,7 +55,7 @@ import haiku as hk
 import jax
 import jax.numpy as jnp
 
-from m2l_nlp.config import LanguageModelConfig, TranslationConfig
+from m2l_nlp.config import TransformerConfig
 
 from .practical2_transformers import (
     MaskedEmbedding,
@@ -254,7 +254,7 @@ class TransformerDecoder(hk.Module):
 class CharLanguageModel(hk.Module):
     """Embedding, positional encoding, decoder, and logits over the vocabulary."""
 
-    def __init__(self, config: LanguageModelConfig, name: str | None = None):
+    def __init__(self, config: TransformerConfig, name: str | None = None):
         super().__init__(name=name)
         self.config = config
         self.embedding = MaskedEmbedding(config.vocab_size, config.d_model, name="embedding")
@@ -481,6 +481,7 @@ def attend_with_cache(
 # from m2l_nlp.runs.language_model import Writer, beside_baselines, learning_note
 # from m2l_nlp.train.loop import train
 # from m2l_nlp.train.metrics import next_token_objective
+# from m2l_nlp.transform import funcs_from_stateful
 #
 # FULL_IMDB = False
 # preset = PRESETS["char-lm"]  # the recipe of m2l_nlp/config.py
@@ -493,7 +494,7 @@ def attend_with_cache(
 #     val_size=preset.val_size,
 #     train_reviews=preset.train_reviews,  # a CPU's share; 0 reads all 24,500 (on a GPU)
 # )
-# config = preset.model_config(data.vocab.size)  # LanguageModelConfig: the model's sizes
+# config = preset.model_config(data.vocab.size)  # TransformerConfig: the model's sizes
 # settings = preset.settings()
 # print(f"{data.reviews}; {len(data.train.ids)} windows; {data.vocab.size} character ids")
 #
@@ -675,7 +676,7 @@ class Transformer(hk.Module):
     """The encoder-decoder Transformer: logits over the target vocabulary for every
     target position, given the whole source."""
 
-    def __init__(self, config: TranslationConfig, name: str | None = None):
+    def __init__(self, config: TransformerConfig, name: str | None = None):
         super().__init__(name=name)
         self.config = config
         self.embedding = MaskedEmbedding(config.vocab_size, config.d_model, name="embedding")
@@ -928,7 +929,7 @@ def greedy_decode(
 #     None if FULL_TATOEBA else "small", vocab_size=preset.vocab_size, max_len=preset.seq_len
 # )
 # print(pairs.pairs.counts["pairs"], "pairs;", pairs.tokenizer.get_vocab_size(), "tokens")
-# config = preset.model_config(pairs.tokenizer.get_vocab_size())  # TranslationConfig
+# config = preset.model_config(pairs.tokenizer.get_vocab_size())  # TransformerConfig
 # epochs = preset.train["epochs"] if FULL_TATOEBA else 4
 # settings = preset.settings(crop_len=config.max_len, epochs=epochs)
 # translator_model, _ = translator(config, yours, start_id=BOS_ID)  # your Transformer

@@ -344,7 +344,7 @@ ARGUMENTS = {"predict": ["good film"], "generate": ["The"], "translate": ["Hello
 def kinds(params, config, tokenizer):
     """kind -> (params, config, tokenizer) of a tiny model of each kind. The character model
     and the translator get made-up parameters: the format does not look inside them."""
-    from m2l_nlp.config import LanguageModelConfig, TranslationConfig
+    from m2l_nlp.config import TransformerConfig
     from m2l_nlp.data.characters import CharVocab
 
     sizes = dict(num_layers=1, num_heads=2, d_model=8, d_ff=16, p_dropout=0.0, max_len=24)
@@ -353,10 +353,10 @@ def kinds(params, config, tokenizer):
         ck.CLASSIFIER: (params, config, tokenizer),
         ck.LANGUAGE_MODEL: (
             made_up,
-            LanguageModelConfig(vocab_size=10, **sizes),
+            TransformerConfig(vocab_size=10, **sizes),
             CharVocab(" Thefilm"),
         ),
-        ck.TRANSLATOR: (made_up, TranslationConfig(vocab_size=64, **sizes), tokenizer),
+        ck.TRANSLATOR: (made_up, TransformerConfig(vocab_size=64, **sizes), tokenizer),
     }
 
 
@@ -480,7 +480,7 @@ def test_a_write_that_fails_halfway_leaves_nothing_under_the_name(kinds, tmp_pat
 
 
 def test_save_refuses_a_config_of_another_kind(tmp_path, params, config, tokenizer):
-    with pytest.raises(TypeError, match="a translate checkpoint holds a TranslationConfig"):
+    with pytest.raises(TypeError, match="a translate checkpoint holds a TransformerConfig"):
         ck.save_checkpoint(tmp_path / "ckpt", ck.TRANSLATOR, params, config, tokenizer)
     with pytest.raises(ValueError, match="kind must be one of classifier, char-lm, translate"):
         ck.save_checkpoint(tmp_path / "ckpt", "poem", params, config, tokenizer)

@@ -538,12 +538,12 @@ def test_practical_3s_help_states_every_default(command, capsys):
 def char_lm(tmp_path_factory):
     """A tiny character language model's checkpoint, at its initialisation, that has seen
     only a few characters."""
-    from m2l_nlp.config import LanguageModelConfig
+    from m2l_nlp.config import TransformerConfig
     from m2l_nlp.data.characters import CharVocab
     from m2l_nlp.model.language_models import init_params, language_model
     from m2l_nlp.runs.checkpoint import LANGUAGE_MODEL, save_checkpoint
 
-    config = LanguageModelConfig(
+    config = TransformerConfig(
         vocab_size=10, num_layers=1, num_heads=2, d_model=8, d_ff=16, p_dropout=0.0, max_len=24
     )
     folder = tmp_path_factory.mktemp("char-lm") / "checkpoint"

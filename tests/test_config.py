@@ -9,8 +9,8 @@ from m2l_nlp.config import (
     PRESETS,
     BaselineConfig,
     ClassifierConfig,
-    LanguageModelConfig,
     TrainSettings,
+    TransformerConfig,
 )
 from m2l_nlp.overrides import override
 from m2l_nlp.runs.classifier import resolve_val_size
@@ -23,8 +23,8 @@ def test_presets_are_valid_configs():
         model = preset.model_config()
         kind = {
             config.TRANSFORMER: ClassifierConfig,
-            config.LANGUAGE_MODEL: LanguageModelConfig,
-            config.TRANSLATION: config.TranslationConfig,
+            config.LANGUAGE_MODEL: TransformerConfig,
+            config.TRANSLATION: config.TransformerConfig,
         }
         assert isinstance(model, kind.get(preset.architecture, BaselineConfig))
 

@@ -6,11 +6,11 @@ import jax
 import numpy as np
 import pytest
 
-from m2l_nlp.config import LanguageModelConfig
+from m2l_nlp.config import TransformerConfig
 from m2l_nlp.model import generation
 from m2l_nlp.model.language_models import decoder, language_model
 
-CONFIG = LanguageModelConfig(
+CONFIG = TransformerConfig(
     vocab_size=17, num_layers=2, num_heads=2, d_model=16, d_ff=32, p_dropout=0.1, max_len=24
 )
 

@@ -76,12 +76,12 @@ def test_a_writer_without_a_working_cache_writes_the_same_text_more_slowly(capsy
     import jax
     import numpy as np
 
-    from m2l_nlp.config import LanguageModelConfig
+    from m2l_nlp.config import TransformerConfig
     from m2l_nlp.data.characters import CharVocab
     from m2l_nlp.model.language_models import init_params, language_model
     from m2l_nlp.runs.language_model import Writer
 
-    config = LanguageModelConfig(
+    config = TransformerConfig(
         vocab_size=12, num_layers=1, num_heads=2, d_model=16, d_ff=32, max_len=24
     )
     funcs, p3 = language_model(config)

@@ -497,11 +497,11 @@ def test_a_per_token_objective_counts_the_targets_that_exist():
     own ``next_token_loss`` (in bits): training lowers what the student wrote."""
     import math
 
-    from m2l_nlp.config import LanguageModelConfig
+    from m2l_nlp.config import TransformerConfig
     from m2l_nlp.model.language_models import init_params, language_model
     from solutions import practical3_translation as p3
 
-    config = LanguageModelConfig(
+    config = TransformerConfig(
         vocab_size=12, num_layers=1, num_heads=2, d_model=8, d_ff=16, p_dropout=0.0, max_len=8
     )
     funcs, _ = language_model(config)

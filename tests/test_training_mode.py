@@ -117,10 +117,12 @@ def test_a_keep_probability_given_as_the_rate_is_caught(tmp_path):
     module = _mutant(
         tmp_path,
         "practical2_transformers",
-        [(
-            "            hidden = hk.dropout(hk.next_rng_key(), self.p_dropout, hidden)\n",
-            "            hidden = hk.dropout(hk.next_rng_key(), 1 - self.p_dropout, hidden)\n",
-        )],
+        [
+            (
+                "            hidden = hk.dropout(hk.next_rng_key(), self.p_dropout, hidden)\n",
+                "            hidden = hk.dropout(hk.next_rng_key(), 1 - self.p_dropout, hidden)\n",
+            )
+        ],
     )
     ex = load_exercises()["positionwise_feed_forward"]
     graded = _grade(module, ex.name, reference(ex.practical))

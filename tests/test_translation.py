@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from m2l_nlp import cli
-from m2l_nlp.config import TranslationConfig
+from m2l_nlp.config import TransformerConfig
 from m2l_nlp.data import tatoeba
 from m2l_nlp.data.tokenization import BOS_ID, EOS_ID, train_translation_tokenizer
 from m2l_nlp.data.translation import encode_pairs
@@ -20,7 +20,7 @@ from m2l_nlp.impl import load_practical
 from m2l_nlp.model import generation, translators
 from m2l_nlp.runs.translation import Translator
 
-CONFIG = TranslationConfig(
+CONFIG = TransformerConfig(
     vocab_size=1000, num_layers=1, num_heads=2, d_model=16, d_ff=32, p_dropout=0.0, max_len=12
 )
 

@@ -8,7 +8,7 @@ import haiku as hk
 import jax
 import numpy as np
 
-from m2l_nlp.config import LanguageModelConfig
+from m2l_nlp.config import TransformerConfig
 from m2l_nlp.impl import Impl, practical_namespace
 from m2l_nlp.model import generation
 from m2l_nlp.transform import ModelFuncs, funcs_from_stateful, pure_apply
@@ -16,7 +16,7 @@ from m2l_nlp.transform import ModelFuncs, funcs_from_stateful, pure_apply
 PRACTICAL = "practical3_translation"
 
 
-def language_model(config: LanguageModelConfig, impl: Impl = "solutions") -> tuple[ModelFuncs, Any]:
+def language_model(config: TransformerConfig, impl: Impl = "solutions") -> tuple[ModelFuncs, Any]:
     """The model's functions (logits ``(B, S, V)`` of ids and mask ``(B, S)``) and the
     practical's namespace it came from (its ``sample_next``, ``PositionalEncoding``)."""
     practical = practical_namespace(PRACTICAL, impl)
@@ -27,7 +27,7 @@ def language_model(config: LanguageModelConfig, impl: Impl = "solutions") -> tup
     return funcs_from_stateful(forward), practical
 
 
-def decoder(config: LanguageModelConfig, practical: Any) -> generation.Decode:
+def decoder(config: TransformerConfig, practical: Any) -> generation.Decode:
     """``decode(params, ids, mask, (), caches=None, at=0)``: the practical's
     ``CharLanguageModel`` in evaluation mode (:data:`generation.Decode`), with the forward's
     parameter names."""

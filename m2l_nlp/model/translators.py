@@ -18,7 +18,7 @@ import haiku as hk
 import jax
 import numpy as np
 
-from m2l_nlp.config import Preset, TranslationConfig
+from m2l_nlp.config import Preset, TransformerConfig
 from m2l_nlp.impl import Impl, practical_namespace
 from m2l_nlp.model import generation
 from m2l_nlp.model.classifiers import ModelOutputError
@@ -28,7 +28,7 @@ PRACTICAL = "practical3_translation"
 
 
 def translator(
-    config: TranslationConfig, impl: Impl = "solutions", *, start_id: int
+    config: TransformerConfig, impl: Impl = "solutions", *, start_id: int
 ) -> tuple[ModelFuncs, Any]:
     """The model's functions (logits ``(B, T, V)`` of the target tokens, given
     ``(source, source_mask, target, target_mask)``, each ``(B, T)``: the pairs of
@@ -146,7 +146,7 @@ def fit_beams(need: int, rows: int, beam: int, free: int, share: float = 0.9) ->
     )
 
 
-def encoder(config: TranslationConfig, practical: Any) -> Callable:
+def encoder(config: TransformerConfig, practical: Any) -> Callable:
     """``encode(params, source_ids, source_mask) -> memory (B, S, D)``: the practical's
     ``Transformer.encode`` in evaluation mode."""
 
@@ -158,7 +158,7 @@ def encoder(config: TranslationConfig, practical: Any) -> Callable:
     return pure_apply(encode)
 
 
-def decoder(config: TranslationConfig, practical: Any) -> generation.Decode:
+def decoder(config: TransformerConfig, practical: Any) -> generation.Decode:
     """``decode(params, ids, mask, (memory, source_mask), caches=None, at=0)``: the
     practical's ``Transformer.decode`` in evaluation mode (:data:`generation.Decode`)."""
 

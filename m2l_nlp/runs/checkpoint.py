@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from m2l_nlp.config import ClassifierConfig, LanguageModelConfig, TranslationConfig
+from m2l_nlp.config import ClassifierConfig, TransformerConfig
 from m2l_nlp.data import bigrams
 from m2l_nlp.data.characters import CharVocab
 from m2l_nlp.fileio import json_text, make_ordinary
@@ -85,7 +85,7 @@ KINDS: dict[str, CheckpointKind] = {
         "runs/<name>/checkpoint",
     ),
     LANGUAGE_MODEL: CheckpointKind(
-        LanguageModelConfig,
+        TransformerConfig,
         CHARACTERS,
         "a character language model",
         "continue text with",
@@ -95,7 +95,7 @@ KINDS: dict[str, CheckpointKind] = {
         "runs/char-lm/checkpoint",
     ),
     TRANSLATOR: CheckpointKind(
-        TranslationConfig,
+        TransformerConfig,
         SUBWORDS,
         "an English-to-Greek translator",
         "translate sentences with",

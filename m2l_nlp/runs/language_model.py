@@ -18,7 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from m2l_nlp.config import LanguageModelConfig, Preset
+from m2l_nlp.config import Preset, TransformerConfig
 from m2l_nlp.data.characters import CharData, CharVocab
 from m2l_nlp.model import generation
 from m2l_nlp.model.language_models import decoder, init_params, language_model
@@ -193,7 +193,7 @@ class Writer:
     not give the model's logits, so that an unfinished ``attend_with_cache`` never stops a
     run."""
 
-    def __init__(self, funcs, practical, config: LanguageModelConfig, vocab: CharVocab):
+    def __init__(self, funcs, practical, config: TransformerConfig, vocab: CharVocab):
         self.funcs, self.practical, self.config, self.vocab = funcs, practical, config, vocab
         self.decode = decoder(config, practical)
         self.cached: bool | None = None  # None: not checked yet

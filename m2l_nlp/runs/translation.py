@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from tokenizers import Tokenizer
 
-from m2l_nlp.config import Preset, TranslationConfig
+from m2l_nlp.config import Preset, TransformerConfig
 from m2l_nlp.data import tatoeba
 from m2l_nlp.data.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_TOKEN
 from m2l_nlp.data.translation import VAL_SCORED, TranslationData, encode_pairs, encode_sources
@@ -46,7 +46,7 @@ class Translator:
     beam search over the practical's cached step, checked once against the model's own
     forward; without the cache (said in one line) where it does not give the same logits."""
 
-    def __init__(self, funcs, practical, config: TranslationConfig, tokenizer: Tokenizer):
+    def __init__(self, funcs, practical, config: TransformerConfig, tokenizer: Tokenizer):
         self.funcs, self.practical, self.config = funcs, practical, config
         self.tokenizer = tokenizer
         self.encode = translators.encoder(config, practical)

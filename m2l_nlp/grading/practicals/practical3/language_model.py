@@ -7,7 +7,7 @@ import dataclasses
 
 import numpy as np
 
-from m2l_nlp.config import LanguageModelConfig
+from m2l_nlp.config import TransformerConfig
 from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.checks.tools import (
     DRAW_P,
@@ -35,7 +35,7 @@ from m2l_nlp.grading.practicals.practical3.common import (
     expect_no_future,
 )
 
-CONFIG = LanguageModelConfig(
+CONFIG = TransformerConfig(
     vocab_size=VOCAB, num_layers=2, num_heads=H, d_model=D, d_ff=FF, p_dropout=0.1, max_len=16
 )
 

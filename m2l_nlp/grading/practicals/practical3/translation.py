@@ -8,7 +8,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from m2l_nlp.config import TranslationConfig
+from m2l_nlp.config import TransformerConfig
 from m2l_nlp.grading.checks.registry import CheckFailure, exercise
 from m2l_nlp.grading.checks.tools import (
     DRAW_P,
@@ -46,7 +46,7 @@ from m2l_nlp.grading.practicals.practical3.common import (
 
 T, SRC = 5, 7  # target and source lengths differ, so (B, h, T, S) is not (B, h, T, T)
 END = 2  # the end token's id in the decoding checks
-CONFIG = TranslationConfig(
+CONFIG = TransformerConfig(
     vocab_size=VOCAB, num_layers=2, num_heads=H, d_model=D, d_ff=FF, p_dropout=0.1, max_len=8
 )
 BLOCK_RETURNS = (
