@@ -7,7 +7,6 @@ Its checkpoint (transformer only) is what ``m2l-nlp predict`` reads
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +16,8 @@ import numpy as np
 from m2l_nlp.config import Preset
 from m2l_nlp.data.splits import split_validation
 from m2l_nlp.runs.checkpoint import CLASSIFIER
-from m2l_nlp.runs.kinds import Kind, Setup
+from m2l_nlp.runs.kinds import Context, Kind, Setup, test_scores
 from m2l_nlp.train import metrics
-from m2l_nlp.train.evaluation import evaluate
 from m2l_nlp.train.metrics import EvalResult
 
 
@@ -88,21 +86,12 @@ class Classifier(Kind):
             progress=request.progress,
         )
 
-    def setup(
-        self,
-        preset: Preset,
-        data: Any,
-        *,
-        seed: int,
-        impl: Any,
-        val_size: int | None,
-        no_test: bool,
-        log: Callable[[str], None],
-    ) -> Setup:
+    def setup(self, preset: Preset, data: Any, run: Context) -> Setup:
         from m2l_nlp.model import classifiers as models
 
+        seed, impl, log = run.seed, run.impl, run.log
         n_train = len(data.train_labels)
-        val_size = resolve_val_size(preset, val_size, no_test, n_train)
+        val_size = resolve_val_size(preset, run.val_size, run.no_test, n_train)
         train_split, val_split = split_validation(data, val_size)
         log(
             f"data: {n_train - val_size} train / {val_size} validation / "
@@ -132,31 +121,14 @@ class Classifier(Kind):
         )
 
     def finish(
-        self,
-        setup: Setup,
-        params: Any,
-        validation: EvalResult | None,
-        data: Any,
-        *,
-        no_test: bool,
-        settings: Any,
-        mesh: Any,
-        progress: bool,
-        log: Callable[[str], None],
+        self, setup: Setup, params: Any, validation: EvalResult | None, data: Any, run: Context
     ) -> dict[str, Any]:
         scores: dict[str, Any] = {}
         if validation is not None:
             scores["val_accuracy"] = validation.accuracy
-        if not no_test:
-            test = evaluate(
-                params,
-                setup.funcs,
-                (data.test_ids, data.test_mask, data.test_labels),
-                settings=settings,
-                mesh=mesh,
-                progress=progress,
-                desc="test",
-            )
+        if not run.no_test:
+            split = (data.test_ids, data.test_mask, data.test_labels)
+            test = test_scores(setup, params, split, run)
             scores.update(
                 test=test,
                 test_accuracy=test.accuracy,
@@ -165,31 +137,31 @@ class Classifier(Kind):
             )
         return scores
 
-    def save(self, out: Path, run, settings: Any, data: Any, no_test: bool) -> None:
+    def save(self, out: Path, result, data: Any, run: Context) -> None:
         from m2l_nlp.config import ClassifierConfig
         from m2l_nlp.runs.checkpoint import save_run
 
         save_run(
             out,
-            run,
-            settings,
+            result,
+            run.settings,
             data.tokenizer,
             # what predict reads: the transformer's (a baseline has no checkpoint)
-            checkpoint=run.test is not None and isinstance(run.config, ClassifierConfig),
+            checkpoint=result.test is not None and isinstance(result.config, ClassifierConfig),
             bigram_table=data.bigram_table,
         )
 
-    def summary(self, run) -> list[str]:
+    def summary(self, result) -> list[str]:
         lines = []
-        if "val_acc" in run.history:
-            shown = ", ".join(f"{100 * a:.2f}" for a in run.history["val_acc"])
+        if "val_acc" in result.history:
+            shown = ", ".join(f"{100 * a:.2f}" for a in result.history["val_acc"])
             lines.append(
                 f"validation accuracy per epoch (%): {shown}; kept epoch "
-                f"{run.metrics['best_epoch']}"
+                f"{result.metrics['best_epoch']}"
             )
-        if run.test is None:
+        if result.test is None:
             return [*lines, "test set not evaluated: --no-test"]
-        test, c = run.test, run.test.confusion
+        test, c = result.test, result.test.confusion
         return [
             *lines,
             f"test accuracy: {test.accuracy:.4f} ({test.count} reviews), loss {test.loss:.4f}",

@@ -22,7 +22,7 @@ import jax
 from m2l_nlp import devices
 from m2l_nlp.config import Preset
 from m2l_nlp.runs import folders as runs
-from m2l_nlp.runs.kinds import Kind, kind_of
+from m2l_nlp.runs.kinds import Context, Kind, kind_of
 from m2l_nlp.train.loop import StateMismatch, train
 from m2l_nlp.train.metrics import EvalResult
 from m2l_nlp.train.progress import Progress
@@ -213,10 +213,11 @@ def _train_and_evaluate(
     start = time.perf_counter()
     compiled_before = devices.compile_counter()
     kind = kind_of(preset)
-    setup = kind.setup(
-        preset, data, seed=seed, impl=impl, val_size=val_size, no_test=no_test, log=log
-    )
+    run = Context(seed, impl, val_size, no_test, progress, log)
+    setup = kind.setup(preset, data, run)
     settings = preset.settings(seed=seed, **setup.settings)
+    mesh = devices.make_mesh()
+    run = run._replace(settings=settings, mesh=mesh)
     fingerprint = runs.fingerprint(
         preset=dataclasses.asdict(preset),
         name=name,
@@ -239,7 +240,6 @@ def _train_and_evaluate(
         if folder is not None:
             folder.keep_epoch(done, settings.epochs, fingerprint)
 
-    mesh = devices.make_mesh()
     try:
         result = train(
             setup.funcs,
@@ -267,17 +267,7 @@ def _train_and_evaluate(
         "devices": devices.describe_devices(),
         **setup.metrics,
     }
-    scores = kind.finish(
-        setup,
-        params,
-        result.eval_result,
-        data,
-        no_test=no_test,
-        settings=settings,
-        mesh=mesh,
-        progress=progress,
-        log=log,
-    )
+    scores = kind.finish(setup, params, result.eval_result, data, run)
     test = scores.pop("test", None)
     run_metrics.update(scores)
     compiled = devices.compile_counter()
@@ -285,10 +275,10 @@ def _train_and_evaluate(
     run_metrics["compile_seconds"] = compiled["seconds"] - compiled_before["seconds"]
     run_metrics["seconds"] = time.perf_counter() - start
     params = jax.device_get(params)
-    run = RunResult(setup.funcs, params, setup.config, result.history, test, run_metrics, kind)
+    done = RunResult(setup.funcs, params, setup.config, result.history, test, run_metrics, kind)
     if folder is not None:
         folder.commit(  # run.json says whose modules were trained: a forgotten --impl shows
-            lambda new: kind.save(new, run, settings, data, no_test),
+            lambda new: kind.save(new, done, data, run),
             dict(preset=name, architecture=preset.architecture, impl=run_metrics["impl"]),
         )
-    return run
+    return done

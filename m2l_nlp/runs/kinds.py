@@ -41,6 +41,19 @@ class Setup(NamedTuple):
     writer: Any = None  # what writes with the model (a Writer, a Translator), for finish
 
 
+class Context(NamedTuple):
+    """How a run was asked to go, as a kind's steps read it."""
+
+    seed: int
+    impl: Any  # "solutions", "exercises", or a notebook's namespace
+    val_size: int | None  # --val-size
+    no_test: bool
+    progress: bool
+    log: Callable[[str], None]
+    settings: Any = None  # the run's TrainSettings, once the kind's setup is known
+    mesh: Any = None
+
+
 class Kind:
     """What one kind of model brings to the run; each method is one step of it."""
 
@@ -54,45 +67,41 @@ class Kind:
         """The request's data, read and encoded for this kind."""
         raise NotImplementedError
 
-    def setup(
-        self,
-        preset: Preset,
-        data: Any,
-        *,
-        seed: int,
-        impl: Any,
-        val_size: int | None,
-        no_test: bool,
-        log: Callable[[str], None],
-    ) -> Setup:
+    def setup(self, preset: Preset, data: Any, run: Context) -> Setup:
         """The model of ``preset`` on ``data``, its first parameters and its splits."""
         raise NotImplementedError
 
     def finish(
-        self,
-        setup: Setup,
-        params: Any,
-        validation: EvalResult | None,
-        data: Any,
-        *,
-        no_test: bool,
-        settings: Any,
-        mesh: Any,
-        progress: bool,
-        log: Callable[[str], None],
+        self, setup: Setup, params: Any, validation: EvalResult | None, data: Any, run: Context
     ) -> dict[str, Any]:
         """The trained model's scores (the last validation's, the test side's unless
-        ``no_test``) as metrics to record; the test lines go to ``log``."""
+        ``run.no_test``) as metrics to record; the test lines go to ``run.log``."""
         raise NotImplementedError
 
-    def save(self, out: Path, run: RunResult, settings: Any, data: Any, no_test: bool) -> None:
+    def save(self, out: Path, result: RunResult, data: Any, run: Context) -> None:
         """``metrics.json``, the curves and (test runs) the checkpoint into ``out``
         (:func:`m2l_nlp.runs.checkpoint.save_run`)."""
         raise NotImplementedError
 
-    def summary(self, run: RunResult) -> list[str]:
+    def summary(self, result: RunResult) -> list[str]:
         """The lines ``m2l-nlp train`` prints after the run, before its timings."""
         return []
+
+
+def test_scores(setup: Setup, params: Any, split: Any, run: Context) -> EvalResult:
+    """The trained model on the test side, read once, as the run's settings read it."""
+    from m2l_nlp.train.evaluation import evaluate
+
+    return evaluate(
+        params,
+        setup.funcs,
+        split,
+        objective=setup.objective,
+        settings=run.settings,
+        mesh=run.mesh,
+        progress=run.progress,
+        desc="test",
+    )
 
 
 # architecture -> the module whose KIND trains it (imported on first use: each pulls in

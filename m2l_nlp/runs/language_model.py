@@ -10,7 +10,6 @@ and bigram baselines. The run holds ``checkpoint/`` (parameters, config, charact
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +22,8 @@ from m2l_nlp.data.characters import CharData, CharVocab
 from m2l_nlp.model import generation
 from m2l_nlp.model.language_models import decoder, init_params, language_model
 from m2l_nlp.runs.checkpoint import LANGUAGE_MODEL, save_run
-from m2l_nlp.runs.kinds import Kind, Setup
+from m2l_nlp.runs.kinds import Context, Kind, Setup, test_scores
 from m2l_nlp.train import metrics
-from m2l_nlp.train.evaluation import evaluate
 from m2l_nlp.train.metrics import EvalResult
 
 SAMPLE_PROMPT = "The film"
@@ -61,17 +59,8 @@ class LanguageModel(Kind):
             progress=request.progress,
         )
 
-    def setup(
-        self,
-        preset: Preset,
-        data: CharData,
-        *,
-        seed: int,
-        impl: Any,
-        val_size: int | None,
-        no_test: bool,
-        log: Callable[[str], None],
-    ) -> Setup:
+    def setup(self, preset: Preset, data: CharData, run: Context) -> Setup:
+        seed, impl, log = run.seed, run.impl, run.log
         config = preset.model_config(data.vocab.size)
         funcs, practical = language_model(config, impl)
         params = init_params(funcs, seed, config.max_len)
@@ -100,18 +89,9 @@ class LanguageModel(Kind):
         )
 
     def finish(
-        self,
-        setup: Setup,
-        params: Any,
-        validation: EvalResult | None,
-        data: CharData,
-        *,
-        no_test: bool,
-        settings: Any,
-        mesh: Any,
-        progress: bool,
-        log: Callable[[str], None],
+        self, setup: Setup, params: Any, validation: EvalResult | None, data: CharData, run: Context
     ) -> dict[str, Any]:
+        no_test, log = run.no_test, run.log
         scores: dict[str, Any] = {}
         if validation is not None:
             scores["val_bits_per_char"] = validation.loss
@@ -124,16 +104,7 @@ class LanguageModel(Kind):
                         log(note)
         if no_test:
             return scores
-        test = evaluate(
-            params,
-            setup.funcs,
-            data.test.split(),
-            objective=setup.objective,
-            settings=settings,
-            mesh=mesh,
-            progress=progress,
-            desc="test",
-        )
+        test = test_scores(setup, params, data.test.split(), run)
         scores.update(
             test_bits_per_char=test.loss,
             test_accuracy=test.accuracy,
@@ -149,11 +120,11 @@ class LanguageModel(Kind):
             log(f"  {prompt + setup.writer.sample(params, prompt)!r}")
         return scores
 
-    def save(self, out: Path, run, settings: Any, data: CharData, no_test: bool) -> None:
-        save_run(out, run, settings, data.vocab, checkpoint=not no_test)
+    def save(self, out: Path, result, data: CharData, run: Context) -> None:
+        save_run(out, result, run.settings, data.vocab, checkpoint=not run.no_test)
 
-    def summary(self, run) -> list[str]:
-        shown = ", ".join(f"{b:.3f}" for b in run.history.get("val_loss", []))
+    def summary(self, result) -> list[str]:
+        shown = ", ".join(f"{b:.3f}" for b in result.history.get("val_loss", []))
         return [f"validation bits per character per epoch: {shown or '-'}"]
 
 

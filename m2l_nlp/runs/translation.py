@@ -32,9 +32,8 @@ from m2l_nlp.data.translation import VAL_SCORED, TranslationData, encode_pairs, 
 from m2l_nlp.model import generation, translators
 from m2l_nlp.model.retrieval import RetrievalBaseline
 from m2l_nlp.runs.checkpoint import TRANSLATOR, save_run
-from m2l_nlp.runs.kinds import Kind, Setup
+from m2l_nlp.runs.kinds import Context, Kind, Setup, test_scores
 from m2l_nlp.train import metrics, translation_scores
-from m2l_nlp.train.evaluation import evaluate
 from m2l_nlp.train.metrics import EvalResult
 
 BEAM_WIDTH, LENGTH_PENALTY = 4, 0.6
@@ -253,17 +252,8 @@ class Translation(Kind):
             progress=request.progress,
         )
 
-    def setup(
-        self,
-        preset: Preset,
-        data: TranslationData,
-        *,
-        seed: int,
-        impl: Any,
-        val_size: int | None,
-        no_test: bool,
-        log: Callable[[str], None],
-    ) -> Setup:
+    def setup(self, preset: Preset, data: TranslationData, run: Context) -> Setup:
+        seed, impl, log = run.seed, run.impl, run.log
         config = preset.model_config(data.tokenizer.get_vocab_size())
         funcs, practical = translators.translator(config, impl, start_id=BOS_ID)
         params = translators.init_params(funcs, seed, config.max_len)
@@ -325,34 +315,21 @@ class Translation(Kind):
         params: Any,
         validation: EvalResult | None,
         data: TranslationData,
-        *,
-        no_test: bool,
-        settings: Any,
-        mesh: Any,
-        progress: bool,
-        log: Callable[[str], None],
+        run: Context,
     ) -> dict[str, Any]:
+        no_test, log = run.no_test, run.log
         scores = {} if validation is None else {"val_bits_per_token": validation.loss}
         if no_test:
             return scores
         test = encode_pairs(setup.writer.tokenizer, data.pairs.test, data.max_len)[0]
-        bits = evaluate(
-            params,
-            setup.funcs,
-            test,
-            objective=setup.objective,
-            settings=settings,
-            mesh=mesh,
-            progress=progress,
-            desc="test",
-        ).loss
+        bits = test_scores(setup, params, test, run).loss
         return scores | _test(setup.writer, jax.device_get(params), data, bits, log)
 
-    def save(self, out: Path, run, settings: Any, data: TranslationData, no_test: bool) -> None:
-        save_run(out, run, settings, data.tokenizer, checkpoint=not no_test)
+    def save(self, out: Path, result, data: TranslationData, run: Context) -> None:
+        save_run(out, result, run.settings, data.tokenizer, checkpoint=not run.no_test)
 
-    def summary(self, run) -> list[str]:
-        shown = ", ".join(f"{c:.1f}" for c in run.history.get("val_chrf", []))
+    def summary(self, result) -> list[str]:
+        shown = ", ".join(f"{c:.1f}" for c in result.history.get("val_chrf", []))
         return [f"validation chrF per epoch: {shown or '-'}"]
 
 
