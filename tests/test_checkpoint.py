@@ -433,7 +433,7 @@ def test_a_folder_without_a_manifest_says_to_train_again(tmp_path, kind, capsys)
     assert cli.main([command, *ARGUMENTS[command], "--checkpoint", str(old)]) == 2
     (line,) = capsys.readouterr().err.splitlines()
     assert line.startswith(f"error: {old} has no manifest.json: it is not a checkpoint, or one")
-    cost = ck.KINDS[kind].cost
+    cost = ck.spec_of(kind).cost
     assert line.endswith(
         f"again with `m2l-nlp train --preset {PRESETS[kind]}` (`--data small`: {cost})"
     )

@@ -32,7 +32,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-from m2l_nlp.config import ClassifierConfig, TransformerConfig
+from m2l_nlp.config import ClassifierConfig
 from m2l_nlp.data import bigrams
 from m2l_nlp.data.characters import CharVocab
 from m2l_nlp.fileio import json_text, make_ordinary
@@ -73,38 +73,19 @@ class CheckpointKind(NamedTuple):
         )
 
 
-KINDS: dict[str, CheckpointKind] = {
-    CLASSIFIER: CheckpointKind(
-        ClassifierConfig,
-        SUBWORDS,
-        "a sentiment classifier",
-        "score reviews with",
-        "predict",
-        "default",
-        "half a minute of CPU time",
-        "runs/<name>/checkpoint",
-    ),
-    LANGUAGE_MODEL: CheckpointKind(
-        TransformerConfig,
-        CHARACTERS,
-        "a character language model",
-        "continue text with",
-        "generate",
-        "char-lm",
-        "under a minute of CPU time",
-        "runs/char-lm/checkpoint",
-    ),
-    TRANSLATOR: CheckpointKind(
-        TransformerConfig,
-        SUBWORDS,
-        "an English-to-Greek translator",
-        "translate sentences with",
-        "translate",
-        "translate",
-        "5 minutes of CPU time",
-        "runs/translate/checkpoint",
-    ),
-}
+def spec_of(kind: str) -> CheckpointKind:
+    """What a checkpoint of ``kind`` holds, as its kind of run declares it
+    (:mod:`m2l_nlp.runs.kinds`); ``KeyError`` for a kind no run trains."""
+    from m2l_nlp.runs.kinds import kind_named  # the kinds import this module
+
+    return kind_named(kind).checkpoint
+
+
+def known_kinds() -> tuple[str, ...]:
+    """The kinds of checkpoint there are: one per kind of run."""
+    from m2l_nlp.runs.kinds import KIND_MODULES
+
+    return tuple(KIND_MODULES)
 
 
 class Checkpoint(NamedTuple):
@@ -157,7 +138,7 @@ def _write_contents(
     bigram_table: np.ndarray | None,
 ) -> None:
     """The files of a checkpoint into the (temporary, empty) ``folder``; the manifest last."""
-    spec = KINDS[kind]
+    spec = spec_of(kind)
     np.savez(folder / PARAMS_FILE, **flatten_params(params))
     if spec.tokenizer == CHARACTERS:
         named: dict[str, Any] = {"type": CHARACTERS, "characters": tokenizer.chars}
@@ -190,17 +171,17 @@ def save_checkpoint(
     meta: dict[str, Any] | None = None,
     bigram_table: np.ndarray | None = None,
 ) -> Path:
-    """Write a checkpoint of ``kind`` (a key of :data:`KINDS`) at ``path`` atomically,
+    """Write a checkpoint of ``kind`` (one of :func:`known_kinds`) at ``path`` atomically,
     replacing an older one; returns ``path``.
 
     ``config`` is the kind's config dataclass and ``tokenizer`` its tokenizer (a character
     model's :class:`CharVocab`). Pass ``bigram_table`` when a classifier was trained on
     bigram tokens (``data.bigram_table``).
     """
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {', '.join(KINDS)}, not {kind!r}")
-    if not isinstance(config, KINDS[kind].config):
-        raise TypeError(f"a {kind} checkpoint holds a {KINDS[kind].config.__name__}")
+    if kind not in known_kinds():
+        raise ValueError(f"kind must be one of {', '.join(known_kinds())}, not {kind!r}")
+    if not isinstance(config, spec_of(kind).config):
+        raise TypeError(f"a {kind} checkpoint holds a {spec_of(kind).config.__name__}")
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
@@ -248,7 +229,7 @@ def _reading(file: Path, kind: str) -> Iterator[None]:
     except Exception as error:  # noqa: BLE001 - JSON, zip, tokenizer and config errors alike
         raise CheckpointError(
             f"{file} is damaged ({type(error).__name__}: {error}): this checkpoint cannot be "
-            f"used; {KINDS[kind].train_again()}"
+            f"used; {spec_of(kind).train_again()}"
         ) from error
 
 
@@ -295,7 +276,7 @@ def check_params_fit(
 def other_kind(path: Path, have: str, wanted: str) -> CheckpointError:
     """The one line for a checkpoint of kind ``have`` given where one of ``wanted`` belongs:
     the command that reads it."""
-    other, command = KINDS[have], KINDS[wanted].command
+    other, command = spec_of(have), spec_of(wanted).command
     return CheckpointError(
         f"{path} is {other.what}'s checkpoint, which `m2l-nlp {command}` does not read: "
         f"{other.use} `m2l-nlp {other.command} --checkpoint {path}`"
@@ -304,7 +285,7 @@ def other_kind(path: Path, have: str, wanted: str) -> CheckpointError:
 
 def _not_a_checkpoint(path: Path, kind: str) -> CheckpointError:
     """The one line for a ``path`` that holds no checkpoint at all, with how to train one."""
-    spec = KINDS[kind]
+    spec = spec_of(kind)
     if path.is_dir():
         return CheckpointError(
             f"{path} has no {MANIFEST_FILE}: it is not a checkpoint, or one written before "
@@ -363,14 +344,14 @@ def _ids_needed(tokenizer: Any, table: np.ndarray | None) -> tuple[int, str]:
 def load_checkpoint(
     path: str | os.PathLike, kind: str, expected_config: Any | None = None
 ) -> Checkpoint:
-    """Read the checkpoint folder ``path``, which must hold a model of ``kind`` (a key of
-    :data:`KINDS`); :class:`CheckpointError` in one line otherwise (another kind's checkpoint:
+    """Read the checkpoint folder ``path``, which must hold a model of ``kind`` (one of
+    :func:`known_kinds`); :class:`CheckpointError` in one line otherwise (another kind's checkpoint:
     the command that reads it; no checkpoint: how to train one).
 
     With ``expected_config``, refuse a checkpoint whose config differs, naming the settings
     that differ.
     """
-    spec, path = KINDS[kind], Path(path)
+    spec, path = spec_of(kind), Path(path)
     manifest_file = path / MANIFEST_FILE
     if not manifest_file.is_file():
         raise _not_a_checkpoint(path, kind)
@@ -384,7 +365,7 @@ def load_checkpoint(
             )
         have = manifest["kind"]
         if have != kind:
-            if have in KINDS:
+            if have in known_kinds():
                 raise other_kind(path, have, kind)
             raise ValueError(f"unknown kind {have!r}")
         config = _config(spec.config, manifest["config"])

@@ -13,9 +13,9 @@ from typing import Any
 import jax
 import numpy as np
 
-from m2l_nlp.config import Preset
+from m2l_nlp.config import ClassifierConfig, Preset
 from m2l_nlp.data.splits import split_validation
-from m2l_nlp.runs.checkpoint import CLASSIFIER
+from m2l_nlp.runs.checkpoint import CLASSIFIER, SUBWORDS, CheckpointKind
 from m2l_nlp.runs.kinds import Context, Kind, Setup, test_scores
 from m2l_nlp.train import metrics
 from m2l_nlp.train.metrics import EvalResult
@@ -64,6 +64,16 @@ class Classifier(Kind):
     """One logit per review: positive or negative."""
 
     name = CLASSIFIER
+    checkpoint = CheckpointKind(
+        ClassifierConfig,
+        SUBWORDS,
+        "a sentiment classifier",
+        "score reviews with",
+        "predict",
+        "default",
+        "half a minute of CPU time",
+        "runs/<name>/checkpoint",
+    )
 
     def check(self, request) -> None:
         from m2l_nlp.data.imdb_archive import check_source
@@ -138,7 +148,6 @@ class Classifier(Kind):
         return scores
 
     def save(self, out: Path, result, data: Any, run: Context) -> None:
-        from m2l_nlp.config import ClassifierConfig
         from m2l_nlp.runs.checkpoint import save_run
 
         save_run(

@@ -15,7 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from m2l_nlp.config import BASELINES, LANGUAGE_MODEL, TRANSFORMER, TRANSLATION, Preset
+from m2l_nlp import config
+from m2l_nlp.config import BASELINES, TRANSFORMER, Preset
+from m2l_nlp.runs.checkpoint import CLASSIFIER, LANGUAGE_MODEL, TRANSLATOR, CheckpointKind
 
 if TYPE_CHECKING:  # only for the annotations: experiment imports this module
     from m2l_nlp.runs.experiment import RunResult, TrainRequest
@@ -57,7 +59,8 @@ class Context(NamedTuple):
 class Kind:
     """What one kind of model brings to the run; each method is one step of it."""
 
-    name: str = ""  # in checkpoint manifests (m2l_nlp.runs.checkpoint.KINDS: its command)
+    name: str = ""  # in checkpoint manifests: a key of KIND_MODULES
+    checkpoint: CheckpointKind  # what its checkpoint holds, and the command that reads it
     curves_title: str = "Training curves"
 
     def check(self, request: TrainRequest) -> None:
@@ -104,16 +107,23 @@ def test_scores(setup: Setup, params: Any, split: Any, run: Context) -> EvalResu
     )
 
 
-# architecture -> the module whose KIND trains it (imported on first use: each pulls in
-# its own data and model code)
-_MODULES = {
-    TRANSFORMER: "m2l_nlp.runs.classifier",
-    **dict.fromkeys(BASELINES, "m2l_nlp.runs.classifier"),
-    LANGUAGE_MODEL: "m2l_nlp.runs.language_model",
-    TRANSLATION: "m2l_nlp.runs.translation",
+# kind -> the module whose KIND trains it (imported on first use: each pulls in its own
+# data and model code), and the architectures of the presets it trains
+KIND_MODULES: dict[str, tuple[str, tuple[str, ...]]] = {
+    CLASSIFIER: ("m2l_nlp.runs.classifier", (TRANSFORMER, *BASELINES)),
+    LANGUAGE_MODEL: ("m2l_nlp.runs.language_model", (config.LANGUAGE_MODEL,)),
+    TRANSLATOR: ("m2l_nlp.runs.translation", (config.TRANSLATION,)),
 }
+
+
+def kind_named(name: str) -> Kind:
+    """The kind of run called ``name`` (as checkpoint manifests name it)."""
+    return importlib.import_module(KIND_MODULES[name][0]).KIND
 
 
 def kind_of(preset: Preset) -> Kind:
     """The kind that trains ``preset``'s architecture."""
-    return importlib.import_module(_MODULES[preset.architecture]).KIND
+    for name, (_, architectures) in KIND_MODULES.items():
+        if preset.architecture in architectures:
+            return kind_named(name)
+    raise ValueError(f"no kind of run trains the architecture {preset.architecture!r}")

@@ -21,7 +21,7 @@ from m2l_nlp.config import Preset, TransformerConfig
 from m2l_nlp.data.characters import CharData, CharVocab
 from m2l_nlp.model import generation
 from m2l_nlp.model.language_models import decoder, init_params, language_model
-from m2l_nlp.runs.checkpoint import LANGUAGE_MODEL, save_run
+from m2l_nlp.runs.checkpoint import CHARACTERS, LANGUAGE_MODEL, CheckpointKind, save_run
 from m2l_nlp.runs.kinds import Context, Kind, Setup, test_scores
 from m2l_nlp.train import metrics
 from m2l_nlp.train.metrics import EvalResult
@@ -34,6 +34,16 @@ class LanguageModel(Kind):
     """The next character at every position of review text (the ``char-lm`` preset)."""
 
     name = LANGUAGE_MODEL
+    checkpoint = CheckpointKind(
+        TransformerConfig,
+        CHARACTERS,
+        "a character language model",
+        "continue text with",
+        "generate",
+        "char-lm",
+        "under a minute of CPU time",
+        "runs/char-lm/checkpoint",
+    )
     curves_title = "Training curves (bits per character)"
 
     def check(self, request) -> None:

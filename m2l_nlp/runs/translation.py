@@ -31,7 +31,7 @@ from m2l_nlp.data.tokenization import BOS_ID, EOS_ID, PAD_ID, UNK_TOKEN
 from m2l_nlp.data.translation import VAL_SCORED, TranslationData, encode_pairs, encode_sources
 from m2l_nlp.model import generation, translators
 from m2l_nlp.model.retrieval import RetrievalBaseline
-from m2l_nlp.runs.checkpoint import TRANSLATOR, save_run
+from m2l_nlp.runs.checkpoint import SUBWORDS, TRANSLATOR, CheckpointKind, save_run
 from m2l_nlp.runs.kinds import Context, Kind, Setup, test_scores
 from m2l_nlp.train import metrics, translation_scores
 from m2l_nlp.train.metrics import EvalResult
@@ -229,6 +229,16 @@ class Translation(Kind):
     ``translate`` preset)."""
 
     name = TRANSLATOR
+    checkpoint = CheckpointKind(
+        TransformerConfig,
+        SUBWORDS,
+        "an English-to-Greek translator",
+        "translate sentences with",
+        "translate",
+        "translate",
+        "5 minutes of CPU time",
+        "runs/translate/checkpoint",
+    )
     curves_title = "Training curves (bits per token)"
 
     def check(self, request) -> None:
