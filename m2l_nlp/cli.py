@@ -8,6 +8,7 @@ generate or translate) and by the grader (:mod:`m2l_nlp.grading`).
 from __future__ import annotations
 
 import argparse
+import importlib
 import re
 import shlex
 import sys
@@ -36,6 +37,11 @@ DESCRIPTION = (
 )
 
 
+# modules of kinds of run (m2l_nlp.runs.kinds) that bring a command of their own, each
+# with an ``add_command(subparsers)``; the course's three are written out below
+KIND_COMMANDS: tuple[str, ...] = ()
+
+
 def _presets_epilog() -> str:
     """The presets, one paragraph each, for the end of ``m2l-nlp train --help``."""
     width = max(map(len, PRESETS)) + 2
@@ -49,7 +55,7 @@ def _presets_epilog() -> str:
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="m2l-nlp", description=DESCRIPTION)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="{train,predict,grade}")
+    sub = parser.add_subparsers(dest="command", required=True)
 
     train = sub.add_parser(
         "train",
@@ -212,6 +218,12 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "grade", help="grade the exercises (`m2l-nlp grade --help` for its options)", add_help=False
     )
+    train.set_defaults(run=cmd_train)
+    predict.set_defaults(run=cmd_predict)
+    generate.set_defaults(run=cmd_generate)
+    translate.set_defaults(run=cmd_translate)
+    for module in KIND_COMMANDS:  # a kind of run's own command: add_command(sub) sets its run
+        importlib.import_module(module).add_command(sub)
     return parser
 
 
@@ -520,13 +532,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     args.argv = argv  # for the command that resumes an interrupted run
     try:
-        if args.command == "train":
-            return cmd_train(args)
-        if args.command == "generate":
-            return cmd_generate(args)
-        if args.command == "translate":
-            return cmd_translate(args)
-        return cmd_predict(args)
+        return args.run(args)
     except (DataError, CheckpointError, RunFolderError, InputError, ModelOutputError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -52,7 +52,8 @@ def _make(copy: Path, *args: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_a_practical_is_added_in_one_place(tmp_path):
+def _course_copy(tmp_path: Path) -> Path:
+    """This working tree's files (tests/new_practical/ aside), as a repository of its own."""
     copy = tmp_path / "course"
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
@@ -61,13 +62,18 @@ def test_a_practical_is_added_in_one_place(tmp_path):
         text=True,
         check=True,
     ).stdout.split("\0")
-    for name in filter(None, listed):  # this working tree's files, as a repository of its own
+    for name in filter(None, listed):
         if (ROOT / name).is_file() and not name.startswith("tests/new_practical/"):
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, copy / name)
     _git(copy, "init", "-q")
     _git(copy, "add", "-A")
     _git(copy, "commit", "-qm", "the course")
+    return copy
+
+
+def test_a_practical_is_added_in_one_place(tmp_path):
+    copy = _course_copy(tmp_path)
 
     for target, source in ADDED.items():
         (copy / target).parent.mkdir(parents=True, exist_ok=True)
@@ -114,3 +120,57 @@ def test_a_practical_is_added_in_one_place(tmp_path):
         text=True,
     ).stdout
     assert where.startswith(str(ROOT)), where  # this environment still runs this repository
+
+
+# a kind of run: its module (new), and the three files it touches, each with the one change
+KIND_MODULE = "m2l_nlp/runs/majority.py"
+TOUCHED = {
+    "m2l_nlp/config.py": "its config and preset",
+    "m2l_nlp/runs/kinds.py": "its entry in the registry of kinds",
+    "m2l_nlp/cli.py": "its command",
+}
+
+
+def test_a_kind_of_run_is_added_in_three_files(tmp_path):
+    """A toy task with its own run, checkpoint and command: one new module and one change
+    in each of three files. It trains through `m2l-nlp train` (run folder, loop,
+    checkpoint), its command reads its checkpoint, and `predict` given that checkpoint
+    names the toy's command in one line."""
+    copy = _course_copy(tmp_path)
+    shutil.copy2(FILES / "majority.py", copy / KIND_MODULE)
+    with open(copy / "m2l_nlp/config.py", "a") as config:
+        config.write((FILES / "config_addition.txt").read_text())
+    with open(copy / "m2l_nlp/runs/kinds.py", "a") as kinds:
+        kinds.write('\nKIND_MODULES["majority"] = ("m2l_nlp.runs.majority", ("majority",))\n')
+    cli = copy / "m2l_nlp/cli.py"
+    before = "KIND_COMMANDS: tuple[str, ...] = ()"
+    assert before in cli.read_text()
+    cli.write_text(cli.read_text().replace(before, 'KIND_COMMANDS = ("m2l_nlp.runs.majority",)'))
+
+    _git(copy, "add", "-A")
+    changed = set(filter(None, _git(copy, "diff", "--cached", "--name-status", "HEAD").split("\n")))
+    assert changed == {f"M\t{name}" for name in TOUCHED} | {f"A\t{KIND_MODULE}"}
+
+    env = {k: v for k, v in os.environ.items() if k not in ("M2L_ROOT", "M2L_IMPL")}
+
+    def m2l_nlp(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "m2l_nlp.cli", *args],
+            cwd=copy,
+            env={**env, "PYTHONPATH": str(copy)},
+            capture_output=True,
+            text=True,
+        )
+
+    out = tmp_path / "run"
+    trained = m2l_nlp("train", "--preset", "majority", "--out", str(out), "--no-progress")
+    assert trained.returncode == 0, trained.stdout[-3000:] + trained.stderr[-3000:]
+    accuracy = float(re.search(r"test accuracy: ([0-9.]+)", trained.stdout).group(1))
+    assert accuracy > 0.8, trained.stdout  # a bag of digits counts them
+    manifest = (out / "checkpoint" / "manifest.json").read_text()
+    assert '"kind": "majority"' in manifest
+    counted = m2l_nlp("majority", "--checkpoint", str(out / "checkpoint"), "1101111", "0001000")
+    assert counted.stdout.splitlines() == ["1101111: 1s win", "0001000: 0s win"], counted
+    refused = m2l_nlp("predict", "--checkpoint", str(out / "checkpoint"), "a fine film")
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert "`m2l-nlp majority --checkpoint" in refused.stderr
