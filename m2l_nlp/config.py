@@ -275,7 +275,7 @@ class Preset:
     embed_scale: float = 1.0  # initial token embeddings times this (transformer)
     bigram_tokens: int = 0  # > 0: that many frequent token pairs as extra tokens (bigrams.py)
     # True: the model reads each pair token as its own residual row plus its first token's
-    # row (m2l_nlp.model.pair_tie); checkpoints store the sum
+    # row (m2l_nlp.model.classifiers.pair_tie); checkpoints store the sum
     bigram_backoff: bool = False
     # True: a test run trains on every training review for the preset's epochs (chosen by
     # --no-test runs, which hold out val_size) and keeps the last. --val-size overrides it.

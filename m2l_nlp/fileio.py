@@ -6,7 +6,7 @@ as it was.
 Every JSON file the project writes goes through :func:`json_text` and is valid JSON: a number
 that is not finite (NaN, an infinity: JSON has none) is written as ``null``, "no value" (a
 loss that diverged, an epoch without evaluation); readers turn it back into NaN where they
-compute with it (:func:`m2l_nlp.runs.progress_from_saved`).
+compute with it (:func:`m2l_nlp.runs.folders.progress_from_saved`).
 """
 
 from __future__ import annotations

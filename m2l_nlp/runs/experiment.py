@@ -163,14 +163,15 @@ def train_and_evaluate(
     validate, test, save.
 
     ``data`` is what the preset's kind prepares (:mod:`m2l_nlp.runs.kinds`; for a
-    classifier a :class:`~m2l_nlp.data.PreparedData`, :func:`m2l_nlp.data.pipeline.prepare_for`).
+    classifier a :class:`~m2l_nlp.data.pipeline.PreparedData`, from
+    :func:`m2l_nlp.data.pipeline.prepare_for`).
     A classifier holds out ``val_size`` training reviews (default: see
     :func:`m2l_nlp.runs.classifier.resolve_val_size`) to validate each epoch and keep the
     best; the test side is scored once, at the end, unless ``no_test``. ``impl`` picks the
     student's or the reference modules (or a notebook's ``globals()``); ``name`` and
     ``changed`` (the preset's name and its ``--set`` changes) are recorded in the metrics.
 
-    With ``out`` (a folder, or a :class:`~m2l_nlp.runs.RunFolder` already open) the run is
+    With ``out`` (a folder, or a :class:`~m2l_nlp.runs.folders.RunFolder` already open) the run is
     saved there as one unit, every epoch is kept beside it, and ``resume`` continues an
     interrupted run with the same settings; an existing run is replaced only with
     ``overwrite`` (:mod:`m2l_nlp.runs`).
