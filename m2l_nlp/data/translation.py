@@ -16,6 +16,7 @@ import numpy as np
 from tokenizers import Tokenizer
 
 from m2l_nlp.data import tatoeba
+from m2l_nlp.data.masks import padding_mask
 from m2l_nlp.data.tatoeba import Pair, PairSplit
 from m2l_nlp.data.tokenization import EOS_ID, PAD_ID, encode_sentences, train_translation_tokenizer
 
@@ -53,8 +54,7 @@ def encode_pairs(tokenizer: Tokenizer, pairs: Sequence[Pair], max_len: int) -> t
     for row, (source, target) in enumerate(kept):
         source_ids[row, : len(source)] = source
         target_ids[row, : len(target)] = target
-    longer = np.array([max(len(s), len(t)) for s, t in kept], np.int64).reshape(-1, 1)
-    mask = (np.arange(max_len)[None, :] < longer).astype(np.int32)
+    mask = padding_mask([max(len(s), len(t)) for s, t in kept], max_len)
     weights = (target_ids != PAD_ID).astype(np.int32)
     return ((source_ids, target_ids), mask, target_ids, weights), len(pairs) - len(kept)
 
