@@ -57,10 +57,10 @@ class TrainRequest:
     name: str  # the preset's name
     preset: Preset
     data: str | None  # a path, "small", or None (IMDB wherever it is found)
-    out: Path
+    out: Path  # (train_and_evaluate: the folder it was given, opened already)
     cache_dir: Path | None = None
     changed: tuple[str, ...] = ()
-    impl: str = "solutions"
+    impl: Any = "solutions"  # or a notebook's namespace
     seed: int = 0
     val_size: int | None = None
     no_test: bool = False
@@ -113,20 +113,7 @@ def run_training(request: TrainRequest, say: Callable[[str], None] = print) -> R
         data = kind.prepare(request)
         say(f"data prepared ({time.perf_counter() - start:.0f}s)")
         try:
-            return _train_and_evaluate(
-                preset,
-                data,
-                folder,
-                name=request.name,
-                changed=request.changed,
-                impl=request.impl,
-                seed=request.seed,
-                val_size=request.val_size,
-                no_test=request.no_test,
-                resume=request.resume,
-                progress=request.progress,
-                log=say,
-            )
+            return _train_and_evaluate(data, folder, request, say)
         except DivergedError as error:  # nothing is written over the run already there
             saved = folder.read_progress()
             kept = f"; nothing was written to {request.out}"
@@ -176,45 +163,26 @@ def train_and_evaluate(
     interrupted run with the same settings; an existing run is replaced only with
     ``overwrite`` (:mod:`m2l_nlp.runs`).
     """
+    request = TrainRequest(
+        name=name, preset=preset, data=None, out=Path(), changed=tuple(changed), impl=impl,
+        seed=seed, val_size=val_size, no_test=no_test, resume=resume, progress=progress,
+    )  # fmt: skip
     with contextlib.ExitStack() as stack:
         folder = out
         if out is not None and not isinstance(out, runs.RunFolder):
             folder = stack.enter_context(runs.open_run(out, overwrite=overwrite, resume=resume))
-        return _train_and_evaluate(
-            preset,
-            data,
-            folder,
-            name=name,
-            changed=changed,
-            impl=impl,
-            seed=seed,
-            val_size=val_size,
-            no_test=no_test,
-            resume=resume,
-            progress=progress,
-            log=log or (lambda line: None),
-        )
+        return _train_and_evaluate(data, folder, request, log or (lambda line: None))
 
 
 def _train_and_evaluate(
-    preset: Preset,
-    data: Any,
-    folder: runs.RunFolder | None,
-    *,
-    name: str,
-    changed: Sequence[str],
-    impl: Any,
-    seed: int,
-    val_size: int | None,
-    no_test: bool,
-    resume: bool,
-    progress: bool,
-    log: Callable[[str], None],
+    data: Any, folder: runs.RunFolder | None, request: TrainRequest, log: Callable[[str], None]
 ) -> RunResult:
+    preset, name, impl, seed = request.preset, request.name, request.impl, request.seed
+    no_test, progress = request.no_test, request.progress
     start = time.perf_counter()
     compiled_before = devices.compile_counter()
     kind = kind_of(preset)
-    run = Context(seed, impl, val_size, no_test, progress, log)
+    run = Context(seed, impl, request.val_size, no_test, progress, log)
     setup = kind.setup(preset, data, run)
     settings = preset.settings(seed=seed, **setup.settings)
     mesh = devices.make_mesh()
@@ -228,7 +196,7 @@ def _train_and_evaluate(
         **setup.fingerprint,
     )
     begin = None
-    if folder is not None and resume:
+    if folder is not None and request.resume:
         begin = folder.resume_from(fingerprint)
         log(f"resuming after epoch {begin.epoch} of {settings.epochs}")
     structure = jax.tree_util.tree_structure(setup.params)
@@ -261,7 +229,7 @@ def _train_and_evaluate(
     params = result.params
     run_metrics: dict[str, Any] = {
         "preset": name,
-        "changed": list(changed),
+        "changed": list(request.changed),
         "architecture": preset.architecture,
         "best_epoch": result.best_epoch,
         "impl": impl if isinstance(impl, str) else "notebook",
