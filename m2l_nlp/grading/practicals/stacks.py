@@ -6,43 +6,35 @@ from __future__ import annotations
 
 from typing import Any
 
-from m2l_nlp.grading.checks.tools import (
-    BuildSpec,
-    compare_module,
-    expect_close,
-    fail,
-    kind_of,
-    perturb,
-    run_haiku,
-)
+from m2l_nlp.grading.checks import tools
 
 IN_ORDER = "Apply every block in order, each to the previous block's output, with the mask."
 # the hint of a stack's training-mode check (tools.WithDropout.expect_trains_like)
 NO_DROPOUT_OF_ITS_OWN = "Every block gets is_train; the stack adds no dropout of its own."
 
 
-def expect_stack_matches(ctx: Any, build: BuildSpec, *args: Any, what: str) -> None:
+def expect_stack_matches(ctx: Any, build: tools.BuildSpec, *args: Any, what: str) -> None:
     """The stack's evaluation output (``build``, a check's context ``ctx``) is the reference's
     with the same perturbed parameters."""
-    compare_module(ctx, build, *args, names=(f"the output of {what}",), hint=IN_ORDER)
+    tools.compare_module(ctx, build, *args, names=(f"the output of {what}",), hint=IN_ORDER)
 
 
 def expect_attention_maps(
-    ctx: Any, outputs: BuildSpec, maps: BuildSpec, layers: int, *args: Any
+    ctx: Any, outputs: tools.BuildSpec, maps: tools.BuildSpec, layers: int, *args: Any
 ) -> None:
     """``get_attention_maps`` (the build ``maps``) returns one map per block, each the
     reference's, with the perturbed parameters of the stack's forward (the build ``outputs``)."""
-    params = perturb(run_haiku(outputs, ctx.ref, None, *args), ctx.rng("params"))
-    want = run_haiku(maps, ctx.ref, params, *args)
-    got = run_haiku(maps, ctx.student, params, *args)
+    params = tools.perturb(tools.run_haiku(outputs, ctx.ref, None, *args), ctx.rng("params"))
+    want = tools.run_haiku(maps, ctx.ref, params, *args)
+    got = tools.run_haiku(maps, ctx.student, params, *args)
     if not isinstance(got, list | tuple) or len(got) != layers:
-        found = f"a list of {len(got)} items" if isinstance(got, list) else kind_of(got)
-        fail(
+        found = f"a list of {len(got)} items" if isinstance(got, list) else tools.kind_of(got)
+        tools.fail(
             f"get_attention_maps of {layers} blocks should return a list of {layers} maps, one "
             f"per block; yours returned {found}"
         )
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        expect_close(
+        tools.expect_close(
             g,
             w,
             f"the attention map of block {i}",

@@ -9,7 +9,7 @@ from m2l_nlp.data.masks import padding_mask
 PRACTICAL = "practical1_baselines"
 
 
-def _random_batch(rng: np.random.Generator, batch: int, length: int, vocab: int):
+def random_batch(rng: np.random.Generator, batch: int, length: int, vocab: int):
     """Ids `(batch, length)` with repeats, right padding holding junk ids, and the mask."""
     ids = rng.integers(1, vocab, size=(batch, length)).astype(np.int32)
     lengths = rng.integers(1, length + 1, size=batch)

@@ -10,16 +10,10 @@ import math
 
 import numpy as np
 
+from m2l_nlp.grading.checks import tools
 from m2l_nlp.grading.checks.registry import exercise
-from m2l_nlp.grading.checks.tools import (
-    expect_array,
-    expect_close,
-    expect_same_as_reference,
-    expect_tuple,
-    fail,
-    jitted,
-)
-from m2l_nlp.grading.practicals.practical1.common import PRACTICAL, _random_batch
+from m2l_nlp.grading.practicals.practical1 import common
+from m2l_nlp.grading.practicals.practical1.common import PRACTICAL
 
 # Two reviews worked out by hand (V = 6). Row 0: token 3 twice, padding id 0 at the end.
 # Row 1: token 5 twice; the padding holds junk ids 2 (also a real token of the row) and 1
@@ -58,9 +52,9 @@ mh = exercise(
 @mh.check
 def check_mh_shape_dtype(ctx):
     """`(N, V)` float32 of 0s and 1s."""
-    ids, mask = _random_batch(ctx.rng(), 3, 8, 12)
-    out = expect_array(
-        jitted(ctx.student.multi_hot, 2)(ids, mask, 12),
+    ids, mask = common.random_batch(ctx.rng(), 3, 8, 12)
+    out = tools.expect_array(
+        tools.jitted(ctx.student.multi_hot, 2)(ids, mask, 12),
         "multi_hot(ids, mask, 12)",
         shape=(3, 12),
         dtype=np.float32,
@@ -68,7 +62,7 @@ def check_mh_shape_dtype(ctx):
     )
     if not np.isin(out, (0.0, 1.0)).all():
         bad = out[~np.isin(out, (0.0, 1.0))][0]
-        fail(
+        tools.fail(
             f"multi_hot should hold only 0s and 1s; yours holds {bad:g}. A token that occurs "
             "several times still counts 1 (presence, not a count)"
         )
@@ -77,8 +71,8 @@ def check_mh_shape_dtype(ctx):
 @mh.check
 def check_mh_hand_example(ctx):
     """The worked example: repeats count once, padding (whatever its id) is ignored."""
-    out = expect_array(
-        jitted(ctx.student.multi_hot, 2)(HAND_IDS, HAND_MASK, HAND_V),
+    out = tools.expect_array(
+        tools.jitted(ctx.student.multi_hot, 2)(HAND_IDS, HAND_MASK, HAND_V),
         "multi_hot",
         shape=(2, HAND_V),
     )
@@ -104,7 +98,7 @@ def check_mh_hand_example(ctx):
                 )
             else:
                 why = f"token {token} should be {want:g}"
-            fail(
+            tools.fail(
                 f"for the review ids={HAND_IDS[row].tolist()}, mask={HAND_MASK[row].tolist()} "
                 f"(V={HAND_V}) the expected vector is {HAND_MULTI_HOT[row].astype(int).tolist()}; "
                 f"yours is {out[row].tolist()}: {why}"
@@ -116,9 +110,9 @@ def check_mh_matches_reference(ctx):
     """Random batches with repeats and junk ids at padding match the reference (under jax.jit)."""
     rng = ctx.rng()
     for batch, length, vocab in ((4, 9, 7), (3, 20, 50)):
-        ids, mask = _random_batch(rng, batch, length, vocab)
+        ids, mask = common.random_batch(rng, batch, length, vocab)
         what = f"multi_hot on a random ({batch}, {length}) batch, V={vocab}"
-        expect_same_as_reference(ctx, "multi_hot", ids, mask, vocab, static=(2,), what=what)
+        tools.expect_same_as_reference(ctx, "multi_hot", ids, mask, vocab, static=(2,), what=what)
 
 
 # --------------------------------------------------------------------------------------------
@@ -137,17 +131,17 @@ bob = exercise(
 @bob.check
 def check_bigram_ids_hand_example(ctx):
     """The worked example: bucket (a * V + b) % num_buckets, pairs touching padding masked."""
-    out = expect_tuple(
-        jitted(ctx.student.bigram_ids, 2, 3)(HAND_IDS, HAND_MASK, HAND_V, HAND_BUCKETS),
+    out = tools.expect_tuple(
+        tools.jitted(ctx.student.bigram_ids, 2, 3)(HAND_IDS, HAND_MASK, HAND_V, HAND_BUCKETS),
         2,
         "bigram_ids",
     )
-    buckets = expect_array(out[0], "the buckets", shape=(2, 4), axes="(N, S - 1)")
-    pair_mask = expect_array(out[1], "the pair mask", shape=(2, 4), axes="(N, S - 1)")
+    buckets = tools.expect_array(out[0], "the buckets", shape=(2, 4), axes="(N, S - 1)")
+    pair_mask = tools.expect_array(out[1], "the pair mask", shape=(2, 4), axes="(N, S - 1)")
     if not np.issubdtype(buckets.dtype, np.integer):
-        fail(f"the buckets should be integers (int32); yours have dtype {buckets.dtype}")
+        tools.fail(f"the buckets should be integers (int32); yours have dtype {buckets.dtype}")
     if not np.array_equal(pair_mask, HAND_PAIR_MASK):
-        fail(
+        tools.fail(
             f"for mask={HAND_MASK.tolist()} the pair mask should be {HAND_PAIR_MASK.tolist()} "
             f"(1 only where both tokens of the pair are real); yours is {pair_mask.tolist()}"
         )
@@ -158,7 +152,7 @@ def check_bigram_ids_hand_example(ctx):
             if np.array_equal(np.where(HAND_PAIR_MASK == 1, buckets, 0), swapped * HAND_PAIR_MASK)
             else "bucket = (first * V + second) % num_buckets, and 0 where the pair is masked"
         )
-        fail(
+        tools.fail(
             f"for ids={HAND_IDS.tolist()}, mask={HAND_MASK.tolist()}, V={HAND_V} and "
             f"{HAND_BUCKETS} buckets the buckets should be {HAND_BIGRAMS.tolist()}; yours are "
             f"{buckets.tolist()}: {hint}"
@@ -168,15 +162,15 @@ def check_bigram_ids_hand_example(ctx):
 @bob.check
 def check_bag_hand_example(ctx):
     """The worked example: `[multi-hot tokens | multi-hot buckets]`, masked pairs not counted."""
-    out = expect_array(
-        jitted(ctx.student.bag_of_bigrams, 2, 3)(HAND_IDS, HAND_MASK, HAND_V, HAND_BUCKETS),
+    out = tools.expect_array(
+        tools.jitted(ctx.student.bag_of_bigrams, 2, 3)(HAND_IDS, HAND_MASK, HAND_V, HAND_BUCKETS),
         "bag_of_bigrams",
         shape=(2, HAND_V + HAND_BUCKETS),
         dtype=np.float32,
         axes="(N, V + num_buckets)",
     )
     if not np.array_equal(out[:, :HAND_V], HAND_MULTI_HOT):
-        fail(
+        tools.fail(
             f"the first V={HAND_V} columns of bag_of_bigrams should be the multi-hot vector of "
             f"the tokens, {HAND_MULTI_HOT.astype(int).tolist()}; yours are "
             f"{out[:, :HAND_V].tolist()} (unigrams first, then the bigram buckets)"
@@ -188,7 +182,7 @@ def check_bag_hand_example(ctx):
                 ": bucket 0 is set, but the only pairs in bucket 0 touch the padding; pass the "
                 "pair mask to multi_hot"
             )
-        fail(
+        tools.fail(
             f"the bigram columns should be {HAND_BAG[:, HAND_V:].astype(int).tolist()}; yours "
             f"are {out[:, HAND_V:].tolist()}{extra}"
         )
@@ -199,16 +193,16 @@ def check_bigrams_match_reference(ctx):
     """Random batches match the reference for both functions (under jax.jit)."""
     rng = ctx.rng()
     for batch, length, vocab, buckets in ((4, 9, 7, 13), (3, 20, 300, 64)):
-        ids, mask = _random_batch(rng, batch, length, vocab)
+        ids, mask = common.random_batch(rng, batch, length, vocab)
         label = f"on a random ({batch}, {length}) batch, V={vocab}, {buckets} buckets"
-        want = jitted(ctx.ref.bigram_ids, 2, 3)(ids, mask, vocab, buckets)
-        got = expect_tuple(
-            jitted(ctx.student.bigram_ids, 2, 3)(ids, mask, vocab, buckets), 2, "bigram_ids"
+        want = tools.jitted(ctx.ref.bigram_ids, 2, 3)(ids, mask, vocab, buckets)
+        got = tools.expect_tuple(
+            tools.jitted(ctx.student.bigram_ids, 2, 3)(ids, mask, vocab, buckets), 2, "bigram_ids"
         )
-        expect_close(got[1], want[1], f"the pair mask of bigram_ids {label}")
-        expect_close(got[0], want[0], f"the buckets of bigram_ids {label}")
+        tools.expect_close(got[1], want[1], f"the pair mask of bigram_ids {label}")
+        tools.expect_close(got[0], want[0], f"the buckets of bigram_ids {label}")
         what = f"bag_of_bigrams {label}"
-        expect_same_as_reference(
+        tools.expect_same_as_reference(
             ctx, "bag_of_bigrams", ids, mask, vocab, buckets, static=(2, 3), what=what
         )
 
@@ -233,16 +227,16 @@ TF_EMPTY = np.zeros((1, 4), np.float32)
 @tf.check
 def check_idf_hand_example(ctx):
     """`fit_idf` on a worked example: `log((1 + N) / (1 + df)) + 1`, df counts reviews."""
-    got = expect_array(
+    got = tools.expect_array(
         ctx.student.fit_idf(TF_FEATURES), "fit_idf(features)", shape=(4,), axes="(F,)"
     )
     want = np.asarray(ctx.ref.fit_idf(TF_FEATURES), np.float64)
     if got.shape == want.shape and abs(got[1] - (math.log(5 / 4) + 1)) < 1e-4:
-        fail(
+        tools.fail(
             "fit_idf: feature 1 appears in one review (with value 2); df counts the reviews "
             "where a feature is non-zero, not the sum of its values"
         )
-    expect_close(
+    tools.expect_close(
         got,
         want,
         "fit_idf on the worked example (df = [4, 1, 2, 0], N = 4)",
@@ -257,16 +251,16 @@ def check_tfidf_hand_example(ctx):
     idf = np.asarray(ctx.ref.fit_idf(TF_FEATURES), np.float32)
     features = np.concatenate([TF_FEATURES, TF_EMPTY])
     want = ctx.ref.tfidf(features, idf)
-    got = expect_array(
+    got = tools.expect_array(
         ctx.student.tfidf(features, idf), "tfidf(features, idf)", shape=(5, 4), axes="(N, F)"
     )
     row_norms = np.sqrt((got.astype(np.float64) ** 2).sum(1))
     if not np.allclose(row_norms[:4], 1, atol=1e-4):
-        fail(
+        tools.fail(
             f"every non-empty row of tfidf should have L2 norm 1 (the square root of the sum of "
             f"squares); yours have norms {np.round(row_norms[:4], 4).tolist()}"
         )
-    expect_close(
+    tools.expect_close(
         got,
         want,
         "tfidf on the worked example",
@@ -281,5 +275,7 @@ def check_tfidf_matches_reference(ctx):
     rng = ctx.rng()
     features = (rng.random((6, 9)) < 0.3).astype(np.float32) * rng.integers(1, 4, (6, 9))
     features[2] = 0
-    idf = expect_same_as_reference(ctx, "fit_idf", features, what="fit_idf on random features")
-    expect_same_as_reference(ctx, "tfidf", features, idf, what="tfidf on random features")
+    idf = tools.expect_same_as_reference(
+        ctx, "fit_idf", features, what="fit_idf on random features"
+    )
+    tools.expect_same_as_reference(ctx, "tfidf", features, idf, what="tfidf on random features")

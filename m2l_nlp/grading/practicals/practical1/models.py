@@ -8,23 +8,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from m2l_nlp.grading.checks import tools
 from m2l_nlp.grading.checks.registry import exercise
-from m2l_nlp.grading.checks.tools import (
-    builder,
-    compare_module,
-    expect_array,
-    expect_close,
-    expect_dropout_only_in_training,
-    normal,
-    perturb,
-    run_haiku,
-)
-from m2l_nlp.grading.practicals.practical1.common import PRACTICAL, _random_batch
+from m2l_nlp.grading.practicals.practical1 import common
+from m2l_nlp.grading.practicals.practical1.common import PRACTICAL
 
 
 def _expect_one_logit_per_review(out, batch: int, what: str) -> None:
     """Both models give one float32 logit per review, `(B,)`."""
-    expect_array(
+    tools.expect_array(
         out,
         f"the logits of {what}",
         shape=(batch,),
@@ -46,7 +38,7 @@ mlp = exercise(
 F_IN = 10
 
 
-@builder
+@tools.builder
 def _mlp(hidden, p: float, is_train: bool):
     def build(ns):
         return lambda x: ns.MLPClassifier(hidden, p, name="mlp")(x, is_train)
@@ -57,20 +49,20 @@ def _mlp(hidden, p: float, is_train: bool):
 @mlp.check
 def check_mlp_shapes(ctx):
     """One float32 logit per review, `(B,)`, for 0, 1 and 2 hidden layers."""
-    x = normal(ctx.rng(), 5, F_IN)
+    x = tools.normal(ctx.rng(), 5, F_IN)
     for hidden in ((), (8,), (8, 6)):
         build = _mlp(hidden, 0.5, False)
-        params = run_haiku(build, ctx.ref, None, x)
-        out = run_haiku(build, ctx.student, params, x)
+        params = tools.run_haiku(build, ctx.ref, None, x)
+        out = tools.run_haiku(build, ctx.student, params, x)
         _expect_one_logit_per_review(out, 5, f"MLPClassifier(hidden_sizes={hidden})")
 
 
 @mlp.check(gate=True)
 def check_mlp_matches_reference(ctx):
     """Evaluation logits match the reference with the same params (under jax.jit)."""
-    x = normal(ctx.rng(), 5, F_IN)
+    x = tools.normal(ctx.rng(), 5, F_IN)
     for hidden in ((8,), (8, 6)):
-        compare_module(
+        tools.compare_module(
             ctx,
             _mlp(hidden, 0.5, False),
             x,
@@ -82,8 +74,10 @@ def check_mlp_matches_reference(ctx):
 @mlp.check
 def check_mlp_dropout(ctx):
     """Dropout in training only; evaluation needs no random key."""
-    x = normal(ctx.rng(), 5, F_IN)
-    expect_dropout_only_in_training(ctx, lambda p, t: _mlp((16, 8), p, t), x, what="MLPClassifier")
+    x = tools.normal(ctx.rng(), 5, F_IN)
+    tools.expect_dropout_only_in_training(
+        ctx, lambda p, t: _mlp((16, 8), p, t), x, what="MLPClassifier"
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -99,7 +93,7 @@ lstm = exercise(
 L_VOCAB, L_E, L_H = 17, 6, 5
 
 
-@builder
+@tools.builder
 def _lstm(p: float, is_train: bool):
     def build(ns):
         return lambda ids, mask: ns.LSTMClassifier(L_VOCAB, L_E, L_H, p, name="lstm_classifier")(
@@ -112,10 +106,10 @@ def _lstm(p: float, is_train: bool):
 @lstm.check
 def check_lstm_shape(ctx):
     """One float32 logit per review, `(B,)` (with B != S, so the time axis is unambiguous)."""
-    ids, mask = _random_batch(ctx.rng(), 3, 7, L_VOCAB)
+    ids, mask = common.random_batch(ctx.rng(), 3, 7, L_VOCAB)
     build = _lstm(0.2, False)
-    params = run_haiku(build, ctx.ref, None, ids, mask)
-    out = run_haiku(build, ctx.student, params, ids, mask)
+    params = tools.run_haiku(build, ctx.ref, None, ids, mask)
+    out = tools.run_haiku(build, ctx.student, params, ids, mask)
     _expect_one_logit_per_review(out, 3, "LSTMClassifier")
 
 
@@ -123,7 +117,7 @@ def check_lstm_shape(ctx):
 def check_lstm_matches_reference_unpadded(ctx):
     """Without padding, the logits match the reference (same params, under jax.jit)."""
     ids = ctx.rng().integers(1, L_VOCAB, size=(3, 7)).astype(np.int32)
-    compare_module(
+    tools.compare_module(
         ctx,
         _lstm(0.2, False),
         ids,
@@ -138,8 +132,8 @@ def check_lstm_matches_reference_unpadded(ctx):
 @lstm.check(gate=True)
 def check_lstm_matches_reference_padded(ctx):
     """With padding, the logits match the reference (same params, under jax.jit)."""
-    ids, mask = _random_batch(ctx.rng(), 4, 8, L_VOCAB)
-    compare_module(
+    ids, mask = common.random_batch(ctx.rng(), 4, 8, L_VOCAB)
+    tools.compare_module(
         ctx,
         _lstm(0.2, False),
         ids,
@@ -153,16 +147,16 @@ def check_lstm_matches_reference_padded(ctx):
 def check_lstm_padding_invariance(ctx):
     """The same reviews padded to different lengths, with junk ids at padding, get one logit."""
     rng = ctx.rng()
-    ids, mask = _random_batch(rng, 3, 6, L_VOCAB)
+    ids, mask = common.random_batch(rng, 3, 6, L_VOCAB)
     build = _lstm(0.2, False)
-    params = perturb(run_haiku(build, ctx.ref, None, ids, mask), rng)
-    short = expect_array(run_haiku(build, ctx.student, params, ids, mask), "the logits")
+    params = tools.perturb(tools.run_haiku(build, ctx.ref, None, ids, mask), rng)
+    short = tools.expect_array(tools.run_haiku(build, ctx.student, params, ids, mask), "the logits")
     junk = rng.integers(1, L_VOCAB, size=(3, 9)).astype(np.int32)
     long_ids = np.concatenate([ids, junk[:, :5]], axis=1)
     long_ids[:, :6] = np.where(mask == 1, ids, junk[:, 5:8].repeat(2, axis=1))
     long_mask = np.concatenate([mask, np.zeros((3, 5), np.int32)], axis=1)
-    longer = run_haiku(build, ctx.student, params, long_ids, long_mask)
-    expect_close(
+    longer = tools.run_haiku(build, ctx.student, params, long_ids, long_mask)
+    tools.expect_close(
         longer,
         short,
         "the logits of the same reviews padded to 11 instead of 6 tokens",
@@ -175,5 +169,5 @@ def check_lstm_padding_invariance(ctx):
 @lstm.check
 def check_lstm_dropout(ctx):
     """Dropout in training only; evaluation needs no random key."""
-    ids, mask = _random_batch(ctx.rng(), 3, 7, L_VOCAB)
-    expect_dropout_only_in_training(ctx, _lstm, ids, mask, what="LSTMClassifier")
+    ids, mask = common.random_batch(ctx.rng(), 3, 7, L_VOCAB)
+    tools.expect_dropout_only_in_training(ctx, _lstm, ids, mask, what="LSTMClassifier")

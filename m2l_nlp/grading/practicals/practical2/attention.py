@@ -5,31 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from m2l_nlp.grading.checks import tools
 from m2l_nlp.grading.checks.registry import CheckFailure, exercise
-from m2l_nlp.grading.checks.tools import (
-    builder,
-    compare_module,
-    expect_array,
-    expect_close,
-    expect_rows_sum_to_one,
-    expect_tuple,
-    fail,
-    jitted,
-    normal,
-    perturb,
-    run_haiku,
-)
-from m2l_nlp.grading.practicals.practical2.common import (
-    PRACTICAL,
-    VOCAB,
-    B,
-    D,
-    E,
-    H,
-    S,
-    _ids_mask,
-    _mask,
-)
+from m2l_nlp.grading.practicals.practical2 import common
+from m2l_nlp.grading.practicals.practical2.common import PRACTICAL, VOCAB, B, D, E, H, S
 
 # --------------------------------------------------------------------------------------------
 # 1. scaled_dot_product
@@ -48,12 +27,18 @@ def check_shapes(ctx):
     """Output shapes for no and for two leading axes."""
     rng = ctx.rng()
     for lead in ((), (2, 3)):
-        q, k, v = normal(rng, *lead, 4, 8), normal(rng, *lead, 6, 8), normal(rng, *lead, 6, 5)
-        out = expect_tuple(jitted(ctx.student.scaled_dot_product)(q, k, v), 2, "scaled_dot_product")
+        q, k, v = (
+            tools.normal(rng, *lead, 4, 8),
+            tools.normal(rng, *lead, 6, 8),
+            tools.normal(rng, *lead, 6, 5),
+        )
+        out = tools.expect_tuple(
+            tools.jitted(ctx.student.scaled_dot_product)(q, k, v), 2, "scaled_dot_product"
+        )
         axes = "(..., S_q, d_v)" if lead else "(S_q, d_v)"
-        expect_array(out[0], "the values", shape=(*lead, 4, 5), dtype=np.float32, axes=axes)
+        tools.expect_array(out[0], "the values", shape=(*lead, 4, 5), dtype=np.float32, axes=axes)
         axes = "(..., S_q, S_k)" if lead else "(S_q, S_k)"
-        expect_array(out[1], "the attention weights", shape=(*lead, 4, 6), axes=axes)
+        tools.expect_array(out[1], "the attention weights", shape=(*lead, 4, 6), axes=axes)
 
 
 @sdp.check(gate=True)
@@ -61,18 +46,22 @@ def check_matches_reference(ctx):
     """Values and weights match the reference, with and without a mask (under jax.jit)."""
 
     rng = ctx.rng()
-    q, k, v = normal(rng, 2, 3, 4, 8), normal(rng, 2, 3, 6, 8), normal(rng, 2, 3, 6, 5)
+    q, k, v = (
+        tools.normal(rng, 2, 3, 4, 8),
+        tools.normal(rng, 2, 3, 6, 8),
+        tools.normal(rng, 2, 3, 6, 5),
+    )
     mask = rng.integers(0, 2, size=(2, 3, 4, 6)).astype(np.int32)
     mask[..., 0] = 1  # every query sees at least one key
     for m in (None, mask):
-        want = jitted(ctx.ref.scaled_dot_product)(q, k, v, m)
-        got = expect_tuple(
-            jitted(ctx.student.scaled_dot_product)(q, k, v, m), 2, "scaled_dot_product"
+        want = tools.jitted(ctx.ref.scaled_dot_product)(q, k, v, m)
+        got = tools.expect_tuple(
+            tools.jitted(ctx.student.scaled_dot_product)(q, k, v, m), 2, "scaled_dot_product"
         )
         label = "without a mask" if m is None else "with a mask"
         hint = _weights_hint(ctx, q, k, v, got[1]) if m is None else _MASKED_WEIGHTS_HINT
-        expect_close(got[1], want[1], f"the attention weights ({label})", hint=hint)
-        expect_close(got[0], want[0], f"the values ({label})")
+        tools.expect_close(got[1], want[1], f"the attention weights ({label})", hint=hint)
+        tools.expect_close(got[0], want[0], f"the values ({label})")
 
 
 _MASKED_WEIGHTS_HINT = (
@@ -94,7 +83,7 @@ def _weights_hint(ctx, q: np.ndarray, k: np.ndarray, v: np.ndarray, weights) -> 
         (q * root, "without dividing the scores"),
         (q / root, "dividing them by d_k"),
     ):
-        slipped = np.asarray(jitted(ctx.ref.scaled_dot_product)(scaled, k, v)[1], np.float64)
+        slipped = np.asarray(tools.jitted(ctx.ref.scaled_dot_product)(scaled, k, v)[1], np.float64)
         if w.shape == slipped.shape and np.allclose(w, slipped, atol=1e-5):
             return (
                 f"Yours are the softmax of Q K^T {slip}: divide them by sqrt(d_k), the "
@@ -112,51 +101,59 @@ def _weights_hint(ctx, q: np.ndarray, k: np.ndarray, v: np.ndarray, weights) -> 
 def check_rows_sum_to_one(ctx):
     """Each row of weights is >= 0 and sums to 1 over the keys."""
     rng = ctx.rng()
-    q, k, v = normal(rng, 3, 4, 8), normal(rng, 3, 7, 8), normal(rng, 3, 7, 5)
-    weights = expect_tuple(
-        jitted(ctx.student.scaled_dot_product)(q, k, v), 2, "scaled_dot_product"
+    q, k, v = tools.normal(rng, 3, 4, 8), tools.normal(rng, 3, 7, 8), tools.normal(rng, 3, 7, 5)
+    weights = tools.expect_tuple(
+        tools.jitted(ctx.student.scaled_dot_product)(q, k, v), 2, "scaled_dot_product"
     )[1]
-    expect_array(weights, "the attention weights", shape=(3, 4, 7))
-    expect_rows_sum_to_one(weights, "the attention weights")
+    tools.expect_array(weights, "the attention weights", shape=(3, 4, 7))
+    tools.expect_rows_sum_to_one(weights, "the attention weights")
 
 
 @sdp.check
 def check_masked_keys_get_zero_weight(ctx):
     """Keys hidden by the mask get weight 0; visible keys share all the weight."""
     rng = ctx.rng()
-    q, k, v = normal(rng, 2, 4, 8), normal(rng, 2, 6, 8), normal(rng, 2, 6, 5)
+    q, k, v = tools.normal(rng, 2, 4, 8), tools.normal(rng, 2, 6, 8), tools.normal(rng, 2, 6, 5)
     mask = np.array([[1, 1, 0, 1, 0, 0], [0, 1, 1, 1, 1, 1]], np.int32)[:, None, :]  # (B, 1, S_k)
     for m, label in ((mask, "an int 0/1"), (mask.astype(bool), "a boolean")):
-        weights = expect_tuple(jitted(ctx.student.scaled_dot_product)(q, k, v, m), 2, "sdp")[1]
-        w = expect_array(weights, "the attention weights", shape=(2, 4, 6), finite=False)
+        weights = tools.expect_tuple(
+            tools.jitted(ctx.student.scaled_dot_product)(q, k, v, m), 2, "sdp"
+        )[1]
+        w = tools.expect_array(weights, "the attention weights", shape=(2, 4, 6), finite=False)
         hidden = np.broadcast_to(m == 0, w.shape)
         if (np.abs(w[hidden]) > 1e-6).any():
             at = tuple(int(i) for i in np.argwhere(hidden & (np.abs(w) > 1e-6))[0])
-            fail(
+            tools.fail(
                 f"with {label} mask, the key at index {at} is hidden (mask 0) but gets weight "
                 f"{w[at]:.4g}; hidden keys must get weight 0. Replace their scores by a very "
                 "negative number before the softmax (keep scores where mask != 0)"
             )
-        plain = np.asarray(jitted(ctx.ref.scaled_dot_product)(q, k, v)[1], np.float64)
+        plain = np.asarray(tools.jitted(ctx.ref.scaled_dot_product)(q, k, v)[1], np.float64)
         if not np.allclose(w.sum(-1), 1.0, atol=1e-4) and np.allclose(
             w, plain * ~hidden, atol=1e-5
         ):
-            fail(
+            tools.fail(
                 f"with {label} mask, hidden keys get weight 0 but the visible keys' weights no "
                 "longer sum to 1: the mask is applied after the softmax. Mask the scores "
                 "before it (a very negative score for hidden keys), so that the softmax shares "
                 "all the weight among the visible keys"
             )
-        expect_rows_sum_to_one(w, f"the attention weights (with {label} mask)")
+        tools.expect_rows_sum_to_one(w, f"the attention weights (with {label} mask)")
 
 
 @sdp.check
 def check_large_scores_stay_finite(ctx):
     """Scores in the thousands give finite weights and values (no overflow in exp)."""
     rng = ctx.rng()
-    q, k, v = 30 * normal(rng, 2, 4, 8), 30 * normal(rng, 2, 6, 8), normal(rng, 2, 6, 5)
-    want = jitted(ctx.ref.scaled_dot_product)(q, k, v)
-    got = expect_tuple(jitted(ctx.student.scaled_dot_product)(q, k, v), 2, "scaled_dot_product")
+    q, k, v = (
+        30 * tools.normal(rng, 2, 4, 8),
+        30 * tools.normal(rng, 2, 6, 8),
+        tools.normal(rng, 2, 6, 5),
+    )
+    want = tools.jitted(ctx.ref.scaled_dot_product)(q, k, v)
+    got = tools.expect_tuple(
+        tools.jitted(ctx.student.scaled_dot_product)(q, k, v), 2, "scaled_dot_product"
+    )
     hint = (
         "exp of a score above about 88 overflows float32 to inf, and inf / inf is NaN. "
         "jax.nn.softmax avoids this; if you wrote the softmax yourself, subtract each row's "
@@ -164,7 +161,7 @@ def check_large_scores_stay_finite(ctx):
     )
     for i, name in ((1, "the attention weights"), (0, "the values")):
         finite = np.isfinite(np.asarray(got[i], np.float64)).all()
-        expect_close(got[i], want[i], f"{name} for large scores", hint="" if finite else hint)
+        tools.expect_close(got[i], want[i], f"{name} for large scores", hint="" if finite else hint)
 
 
 # --------------------------------------------------------------------------------------------
@@ -179,7 +176,7 @@ emb = exercise(
 )
 
 
-@builder
+@tools.builder
 def _emb():
     return lambda ns: lambda ids, mask: ns.MaskedEmbedding(VOCAB, E, name="emb")(ids, mask)
 
@@ -190,39 +187,43 @@ _emb_build = _emb()
 @emb.check
 def check_emb_shape_dtype(ctx):
     """Output `(B, S, E)`, float32."""
-    ids, mask = _ids_mask(ctx.rng())
-    params = run_haiku(_emb_build, ctx.ref, None, ids, mask)
-    out = run_haiku(_emb_build, ctx.student, params, ids, mask)
-    expect_array(out, "the embeddings", shape=(B, S, E), dtype=np.float32, axes="(B, S, E)")
+    ids, mask = common.ids_and_mask(ctx.rng())
+    params = tools.run_haiku(_emb_build, ctx.ref, None, ids, mask)
+    out = tools.run_haiku(_emb_build, ctx.student, params, ids, mask)
+    tools.expect_array(out, "the embeddings", shape=(B, S, E), dtype=np.float32, axes="(B, S, E)")
 
 
 @emb.check(gate=True)
 def check_emb_matches_reference(ctx):
     """Matches the reference for int and boolean masks (under jax.jit)."""
-    ids, mask = _ids_mask(ctx.rng())
-    compare_module(ctx, _emb_build, ids, mask, names=("the embeddings (int mask)",))
-    compare_module(ctx, _emb_build, ids, mask.astype(bool), names=("the embeddings (bool mask)",))
+    ids, mask = common.ids_and_mask(ctx.rng())
+    tools.compare_module(ctx, _emb_build, ids, mask, names=("the embeddings (int mask)",))
+    tools.compare_module(
+        ctx, _emb_build, ids, mask.astype(bool), names=("the embeddings (bool mask)",)
+    )
 
 
 @emb.check
 def check_padding_is_zero(ctx):
     """Padding positions are exactly zero; real tokens get their row of the table."""
     rng = ctx.rng()
-    ids, mask = _ids_mask(rng)
+    ids, mask = common.ids_and_mask(rng)
     ids = np.where(mask == 0, rng.integers(1, VOCAB, size=ids.shape), ids).astype(np.int32)
-    params = perturb(run_haiku(_emb_build, ctx.ref, None, ids, mask), rng)
-    out = expect_array(
-        run_haiku(_emb_build, ctx.student, params, ids, mask), "the embeddings", shape=(B, S, E)
+    params = tools.perturb(tools.run_haiku(_emb_build, ctx.ref, None, ids, mask), rng)
+    out = tools.expect_array(
+        tools.run_haiku(_emb_build, ctx.student, params, ids, mask),
+        "the embeddings",
+        shape=(B, S, E),
     )
     pad = mask == 0
     if np.abs(out[pad]).max(initial=0) != 0:
         at = tuple(int(i) for i in np.argwhere(pad)[0])
-        fail(
+        tools.fail(
             f"position {at} is padding (mask 0) but its embedding is not zero: multiply the "
             "vectors by the mask, with a trailing axis so it broadcasts over E"
         )
     table = np.asarray(params["emb/~/embed"]["embeddings"])
-    expect_close(
+    tools.expect_close(
         out[~pad],
         table[ids][~pad],
         "the embeddings of real tokens",
@@ -243,7 +244,7 @@ mha = exercise(
 )
 
 
-@builder
+@tools.builder
 def _mha():
     return lambda ns: (
         lambda q, k, v, mask=None: ns.MultiheadAttention(D, H, name="mha")(q, k, v, mask)
@@ -254,7 +255,7 @@ _mha_build = _mha()
 
 
 def _mha_inputs(rng, s_q=4, s_k=6):
-    return normal(rng, B, s_q, D), normal(rng, B, s_k, D), normal(rng, B, s_k, D)
+    return tools.normal(rng, B, s_q, D), tools.normal(rng, B, s_k, D), tools.normal(rng, B, s_k, D)
 
 
 @mha.check
@@ -263,12 +264,14 @@ def check_mha_shapes(ctx):
     rng = ctx.rng()
     for s_q, s_k in ((S, S), (4, 6)):
         q, k, v = _mha_inputs(rng, s_q, s_k)
-        params = run_haiku(_mha_build, ctx.ref, None, q, k, v)
-        out = run_haiku(_mha_build, ctx.student, params, q, k, v)
-        out, weights = expect_tuple(out, 2, "MultiheadAttention")
-        expect_array(out, "the output", shape=(B, s_q, D), dtype=np.float32, axes="(B, S_q, D)")
+        params = tools.run_haiku(_mha_build, ctx.ref, None, q, k, v)
+        out = tools.run_haiku(_mha_build, ctx.student, params, q, k, v)
+        out, weights = tools.expect_tuple(out, 2, "MultiheadAttention")
+        tools.expect_array(
+            out, "the output", shape=(B, s_q, D), dtype=np.float32, axes="(B, S_q, D)"
+        )
         shape = (B, H, s_q, s_k)
-        expect_array(weights, "the attention weights", shape=shape, axes="(B, h, S_q, S_k)")
+        tools.expect_array(weights, "the attention weights", shape=shape, axes="(B, h, S_q, S_k)")
 
 
 _HEADS_HINT = (
@@ -327,7 +330,7 @@ def _mha_hint(ctx, params, q, k, v, got, want) -> str:
     )
     for change, hint in slips:
         try:
-            slipped = run_haiku(_mha_build, ctx.ref, {**params, **change}, q, k, v)
+            slipped = tools.run_haiku(_mha_build, ctx.ref, {**params, **change}, q, k, v)
         except Exception:  # noqa: BLE001 - recorded answers (a handout) hold no such question
             break
         if out.shape == slipped[0].shape and np.allclose(out, slipped[0], atol=1e-4):
@@ -345,15 +348,15 @@ def _mha_hint(ctx, params, q, k, v, got, want) -> str:
 def check_mha_matches_reference(ctx):
     """Output and weights match the reference (cross-attention, no mask, under jax.jit)."""
     q, k, v = _mha_inputs(ctx.rng())
-    params = perturb(run_haiku(_mha_build, ctx.ref, None, q, k, v), ctx.rng("params"))
-    want = run_haiku(_mha_build, ctx.ref, params, q, k, v)
-    got = run_haiku(_mha_build, ctx.student, params, q, k, v)
-    got = expect_tuple(got, 2, "MultiheadAttention")
+    params = tools.perturb(tools.run_haiku(_mha_build, ctx.ref, None, q, k, v), ctx.rng("params"))
+    want = tools.run_haiku(_mha_build, ctx.ref, params, q, k, v)
+    got = tools.run_haiku(_mha_build, ctx.student, params, q, k, v)
+    got = tools.expect_tuple(got, 2, "MultiheadAttention")
     if ctx.recording:  # the hint's questions, recorded for a handout
         _mha_hint(ctx, params, q, k, v, want, want)
     try:
-        expect_close(got[0], want[0], "the output")
-        expect_close(got[1], want[1], "the attention weights")
+        tools.expect_close(got[0], want[0], "the output")
+        tools.expect_close(got[1], want[1], "the attention weights")
     except CheckFailure as failure:  # the hint costs a few runs of the reference: only now
         raise CheckFailure(f"{failure} {_mha_hint(ctx, params, q, k, v, got, want)}") from None
 
@@ -363,12 +366,12 @@ def check_mha_masks(ctx):
     """Matches the reference for masks `(B, S_k)`, `(B, 1, S_k)` and `(B, S_q, S_k)`."""
     rng = ctx.rng()
     q, k, v = _mha_inputs(rng)
-    pad = _mask(rng, B, 6)
+    pad = common._mask(rng, B, 6)
     full = np.broadcast_to(pad[:, None, :], (B, 4, 6)).copy()
     full[0, 1, :3] = 0
     # A mask's hint only where the output without a mask matches: else the slip is elsewhere
     # (mha_matches_reference names it) and every mask below would be blamed for it.
-    compare_module(
+    tools.compare_module(
         ctx,
         _mha_build,
         q,
@@ -388,7 +391,7 @@ def check_mha_masks(ctx):
             "(B, h, S_q, S_k) scores and hides keys (the last axis), never queries."
         )
         try:
-            compare_module(
+            tools.compare_module(
                 ctx,
                 _mha_build,
                 q,
@@ -405,7 +408,7 @@ def check_mha_masks(ctx):
             if "broadcast" not in str(err):
                 raise
             first = str(err).splitlines()[0]
-            fail(
+            tools.fail(
                 f"with a {label} mask your code raised {type(err).__name__}: {first}. Hint: {hint}"
             )
 
@@ -415,41 +418,47 @@ def check_mha_padding_gets_zero_weight(ctx):
     """With a padding mask, padded keys get weight 0 in every head, rows sum to 1."""
     rng = ctx.rng()
     q, k, v = _mha_inputs(rng)
-    pad = _mask(rng, B, 6)
-    params = run_haiku(_mha_build, ctx.ref, None, q, k, v, pad)
-    out = run_haiku(_mha_build, ctx.student, params, q, k, v, pad)
-    w = expect_array(expect_tuple(out, 2, "MultiheadAttention")[1], "the attention weights")
-    expect_array(w, "the attention weights", shape=(B, H, 4, 6))
+    pad = common._mask(rng, B, 6)
+    params = tools.run_haiku(_mha_build, ctx.ref, None, q, k, v, pad)
+    out = tools.run_haiku(_mha_build, ctx.student, params, q, k, v, pad)
+    w = tools.expect_array(
+        tools.expect_tuple(out, 2, "MultiheadAttention")[1], "the attention weights"
+    )
+    tools.expect_array(w, "the attention weights", shape=(B, H, 4, 6))
     hidden = np.broadcast_to((pad == 0)[:, None, None, :], w.shape)
     if (np.abs(w[hidden]) > 1e-6).any():
         at = tuple(int(i) for i in np.argwhere(hidden & (np.abs(w) > 1e-6))[0])
-        fail(
+        tools.fail(
             f"key {at[3]} of example {at[0]} is padding but head {at[1]} gives it weight "
             f"{w[at]:.4g}: pass the mask (with a head axis) to scaled_dot_product"
         )
-    expect_rows_sum_to_one(w, "the attention weights")
+    tools.expect_rows_sum_to_one(w, "the attention weights")
 
 
 @mha.check
 def check_mha_permutation_equivariance(ctx):
     """Self-attention commutes with shuffling the tokens (no positions involved)."""
     rng = ctx.rng()
-    x = normal(rng, B, S, D)
-    pad = _mask(rng, B, S)
+    x = tools.normal(rng, B, S, D)
+    pad = common._mask(rng, B, S)
     perm = rng.permutation(S)
-    params = perturb(run_haiku(_mha_build, ctx.ref, None, x, x, x, pad), rng)
-    out, w = expect_tuple(run_haiku(_mha_build, ctx.student, params, x, x, x, pad), 2, "MHA")
+    params = tools.perturb(tools.run_haiku(_mha_build, ctx.ref, None, x, x, x, pad), rng)
+    out, w = tools.expect_tuple(
+        tools.run_haiku(_mha_build, ctx.student, params, x, x, x, pad), 2, "MHA"
+    )
     xp, padp = x[:, perm], pad[:, perm]
-    outp, wp = expect_tuple(run_haiku(_mha_build, ctx.student, params, xp, xp, xp, padp), 2, "MHA")
+    outp, wp = tools.expect_tuple(
+        tools.run_haiku(_mha_build, ctx.student, params, xp, xp, xp, padp), 2, "MHA"
+    )
     hint = "Self-attention treats the tokens as a set; each token must be processed alike."
-    expect_close(
+    tools.expect_close(
         outp,
         np.asarray(out)[:, perm],
         "the output for shuffled tokens",
         hint=hint,
         versus="your output for the tokens in order, shuffled alike",
     )
-    expect_close(
+    tools.expect_close(
         wp,
         np.asarray(w)[:, :, perm][:, :, :, perm],
         "the weights for shuffled tokens",

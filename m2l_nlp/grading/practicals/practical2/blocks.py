@@ -5,32 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 
+from m2l_nlp.grading.checks import tools
 from m2l_nlp.grading.checks.registry import exercise
-from m2l_nlp.grading.checks.tools import (
-    WithDropout,
-    builder,
-    compare_module,
-    expect_array,
-    expect_close,
-    fail,
-    normal,
-    perturb,
-    run_haiku,
-)
-from m2l_nlp.grading.practicals.practical2.common import (
-    FF,
-    PRACTICAL,
-    B,
-    D,
-    H,
-    S,
-    _vectors_mask,
-)
-from m2l_nlp.grading.practicals.stacks import (
-    NO_DROPOUT_OF_ITS_OWN,
-    expect_attention_maps,
-    expect_stack_matches,
-)
+from m2l_nlp.grading.practicals import stacks
+from m2l_nlp.grading.practicals.practical2 import common
+from m2l_nlp.grading.practicals.practical2.common import FF, PRACTICAL, B, D, H, S
+from m2l_nlp.grading.practicals.stacks import NO_DROPOUT_OF_ITS_OWN
 
 # --------------------------------------------------------------------------------------------
 # 4. positionwise_feed_forward
@@ -44,7 +24,7 @@ ffn = exercise(
 )
 
 
-@builder
+@tools.builder
 def _ffn(p: float, is_train: bool):
     def build(ns):
         return lambda x: ns.PositionwiseFeedForward(D, FF, p, name="ffn")(x, is_train)
@@ -52,16 +32,16 @@ def _ffn(p: float, is_train: bool):
     return build
 
 
-FFN = WithDropout(_ffn, lambda rng: (normal(rng, B, S, D),), "PositionwiseFeedForward")
+FFN = tools.WithDropout(_ffn, lambda rng: (tools.normal(rng, B, S, D),), "PositionwiseFeedForward")
 
 
 def _ffn_hint(ctx, x) -> str:
     """If the evaluation output is right once the dropout rate is 0, the slip is dropout in
     evaluation mode (a fixed key included); otherwise the layers themselves."""
-    params = perturb(run_haiku(_ffn(0.1, False), ctx.ref, None, x), ctx.rng("params"))
+    params = tools.perturb(tools.run_haiku(_ffn(0.1, False), ctx.ref, None, x), ctx.rng("params"))
     try:
-        rate_0 = run_haiku(_ffn(0.0, False), ctx.student, params, x)
-        want = run_haiku(_ffn(0.0, False), ctx.ref, params, x)
+        rate_0 = tools.run_haiku(_ffn(0.0, False), ctx.student, params, x)
+        want = tools.run_haiku(_ffn(0.0, False), ctx.ref, params, x)
         rate_0, want = np.asarray(rate_0), np.asarray(want)
         # same shapes first: a reply broadcast against the reference could take gigabytes
         dropout_only = rate_0.shape == want.shape and np.allclose(rate_0, want, atol=1e-4)
@@ -78,20 +58,22 @@ def _ffn_hint(ctx, x) -> str:
 @ffn.check(gate=True)
 def check_ffn_matches_reference(ctx):
     """Evaluation output `(B, S, D)` matches the reference (under jax.jit)."""
-    x = normal(ctx.rng(), B, S, D)
+    x = tools.normal(ctx.rng(), B, S, D)
     hint = _ffn_hint(ctx, x)
-    compare_module(ctx, _ffn(0.1, False), x, names=("the output (evaluation mode)",), hint=hint)
+    tools.compare_module(
+        ctx, _ffn(0.1, False), x, names=("the output (evaluation mode)",), hint=hint
+    )
 
 
 @ffn.check
 def check_ffn_eval_no_dropout(ctx):
     """Evaluation (`is_train=False`) needs no random key and is deterministic."""
-    x = normal(ctx.rng(), B, S, D)
-    params = run_haiku(_ffn(0.5, True), ctx.ref, None, x)
-    first = run_haiku(_ffn(0.5, False), ctx.student, params, x)
-    second = run_haiku(_ffn(0.5, False), ctx.student, params, x)
-    expect_array(first, "the output", shape=(B, S, D))
-    expect_close(second, first, "a second evaluation of the same input", versus="the first")
+    x = tools.normal(ctx.rng(), B, S, D)
+    params = tools.run_haiku(_ffn(0.5, True), ctx.ref, None, x)
+    first = tools.run_haiku(_ffn(0.5, False), ctx.student, params, x)
+    second = tools.run_haiku(_ffn(0.5, False), ctx.student, params, x)
+    tools.expect_array(first, "the output", shape=(B, S, D))
+    tools.expect_close(second, first, "a second evaluation of the same input", versus="the first")
 
 
 @ffn.check
@@ -121,7 +103,7 @@ block = exercise(
 )
 
 
-@builder
+@tools.builder
 def _block(p: float, is_train: bool, return_attention: bool = False):
     def build(ns):
         def forward(x, mask):
@@ -133,14 +115,14 @@ def _block(p: float, is_train: bool, return_attention: bool = False):
     return build
 
 
-BLOCK = WithDropout(_block, _vectors_mask, "EncoderBlock")
+BLOCK = tools.WithDropout(_block, common.vectors_and_mask, "EncoderBlock")
 
 
 @block.check(gate=True)
 def check_block_matches_reference(ctx):
     """Evaluation output matches the reference, with a padding mask (under jax.jit)."""
-    x, pad = _vectors_mask(ctx.rng())
-    compare_module(
+    x, pad = common.vectors_and_mask(ctx.rng())
+    tools.compare_module(
         ctx,
         _block(0.1, False),
         x,
@@ -154,31 +136,33 @@ def check_block_matches_reference(ctx):
 @block.check
 def check_block_return_attention(ctx):
     """`return_attention=True` gives `(out, weights)`; `False` gives one array."""
-    x, pad = _vectors_mask(ctx.rng())
-    compare_module(
+    x, pad = common.vectors_and_mask(ctx.rng())
+    tools.compare_module(
         ctx,
         _block(0.1, False, True),
         x,
         pad,
         names=("the output", "the attention weights"),
     )
-    params = run_haiku(_block(0.1, False), ctx.ref, None, x, pad)
-    out = run_haiku(_block(0.1, False), ctx.student, params, x, pad)
-    expect_array(out, "the output with return_attention=False", shape=(B, S, D))
+    params = tools.run_haiku(_block(0.1, False), ctx.ref, None, x, pad)
+    out = tools.run_haiku(_block(0.1, False), ctx.student, params, x, pad)
+    tools.expect_array(out, "the output with return_attention=False", shape=(B, S, D))
 
 
 @block.check
 def check_block_post_layer_norm(ctx):
     """Output is layer-normalised: every token has mean 0 and variance 1 at initialisation."""
     rng = ctx.rng()
-    x = 3.0 * normal(rng, B, S, D) + 1.0
-    params = run_haiku(_block(0.1, False), ctx.ref, None, x, None)  # scale 1, offset 0
-    out = expect_array(run_haiku(_block(0.1, False), ctx.student, params, x, None), "the output")
+    x = 3.0 * tools.normal(rng, B, S, D) + 1.0
+    params = tools.run_haiku(_block(0.1, False), ctx.ref, None, x, None)  # scale 1, offset 0
+    out = tools.expect_array(
+        tools.run_haiku(_block(0.1, False), ctx.student, params, x, None), "the output"
+    )
     mean, var = out.mean(-1), out.var(-1)
     if np.abs(mean).max() > 1e-3 or np.abs(var - 1).max() > 1e-2:
         at = np.unravel_index(np.argmax(np.abs(var - 1) + np.abs(mean)), mean.shape)
         at = tuple(int(i) for i in at)
-        fail(
+        tools.fail(
             f"the block's output should come out of a LayerNorm (post-LN: "
             f"LayerNorm(x + SubLayer(x))), so with fresh parameters each token has mean 0 and "
             f"variance 1; token {at} has mean {mean[at]:.3g} and variance {var[at]:.3g}"
@@ -195,13 +179,13 @@ def check_block_dropout(ctx):
 def check_block_permutation_equivariance(ctx):
     """Shuffling the tokens (and the mask) shuffles the output the same way."""
     rng = ctx.rng()
-    x, pad = _vectors_mask(rng)
+    x, pad = common.vectors_and_mask(rng)
     perm = rng.permutation(S)
     build = _block(0.1, False)
-    params = perturb(run_haiku(build, ctx.ref, None, x, pad), rng)
-    out = expect_array(run_haiku(build, ctx.student, params, x, pad), "the output")
-    outp = run_haiku(build, ctx.student, params, x[:, perm], pad[:, perm])
-    expect_close(
+    params = tools.perturb(tools.run_haiku(build, ctx.ref, None, x, pad), rng)
+    out = tools.expect_array(tools.run_haiku(build, ctx.student, params, x, pad), "the output")
+    outp = tools.run_haiku(build, ctx.student, params, x[:, perm], pad[:, perm])
+    tools.expect_close(
         outp,
         out[:, perm],
         "the output for shuffled tokens",
@@ -235,7 +219,7 @@ encoder = exercise(
 LAYERS = 3
 
 
-@builder
+@tools.builder
 def _encoder(p: float, is_train: bool, maps: bool = False):
     def build(ns):
         def forward(x, mask):
@@ -249,21 +233,23 @@ def _encoder(p: float, is_train: bool, maps: bool = False):
     return build
 
 
-ENCODER = WithDropout(_encoder, _vectors_mask, "TransformerEncoder")
+ENCODER = tools.WithDropout(_encoder, common.vectors_and_mask, "TransformerEncoder")
 
 
 @encoder.check(gate=True)
 def check_encoder_matches_reference(ctx):
     """Evaluation output of 3 blocks matches the reference, with a mask (under jax.jit)."""
-    x, pad = _vectors_mask(ctx.rng())
-    expect_stack_matches(ctx, _encoder(0.1, False), x, pad, what="TransformerEncoder")
+    x, pad = common.vectors_and_mask(ctx.rng())
+    stacks.expect_stack_matches(ctx, _encoder(0.1, False), x, pad, what="TransformerEncoder")
 
 
 @encoder.check
 def check_attention_maps(ctx):
     """`get_attention_maps` returns one `(B, h, S, S)` map per block, as the reference."""
-    x, pad = _vectors_mask(ctx.rng())
-    expect_attention_maps(ctx, _encoder(0.1, False), _encoder(0.1, False, True), LAYERS, x, pad)
+    x, pad = common.vectors_and_mask(ctx.rng())
+    stacks.expect_attention_maps(
+        ctx, _encoder(0.1, False), _encoder(0.1, False, True), LAYERS, x, pad
+    )
 
 
 @encoder.check

@@ -6,29 +6,10 @@ from __future__ import annotations
 import numpy as np
 
 from m2l_nlp.config import ClassifierConfig
+from m2l_nlp.grading.checks import tools
 from m2l_nlp.grading.checks.registry import exercise
-from m2l_nlp.grading.checks.tools import (
-    WithDropout,
-    builder,
-    compare_module,
-    expect_array,
-    expect_close,
-    fail,
-    jitted,
-    normal,
-    perturb,
-    run_haiku,
-)
-from m2l_nlp.grading.practicals.practical2.common import (
-    FF,
-    PRACTICAL,
-    VOCAB,
-    B,
-    D,
-    H,
-    S,
-    _ids_mask,
-)
+from m2l_nlp.grading.practicals.practical2 import common
+from m2l_nlp.grading.practicals.practical2.common import FF, PRACTICAL, VOCAB, B, D, H, S
 
 # --------------------------------------------------------------------------------------------
 # 8. classifier
@@ -45,7 +26,7 @@ POOLINGS = ("mean", "max", "mean_max")
 
 
 def _pool_inputs(rng):
-    x = normal(rng, 3, 6, 4)
+    x = tools.normal(rng, 3, 6, 4)
     mask = np.array([[1, 1, 1, 1, 1, 1], [1, 1, 0, 0, 0, 0], [0, 0, 0, 0, 0, 0]], np.int32)
     return x, mask
 
@@ -55,11 +36,11 @@ def check_pool_matches_reference(ctx):
     """`masked_pool` matches the reference for mean, max and mean_max (incl. an empty row)."""
     x, mask = _pool_inputs(ctx.rng())
     for pooling in POOLINGS:
-        want = jitted(ctx.ref.masked_pool, 2)(x, mask, pooling)
-        got = jitted(ctx.student.masked_pool, 2)(x, mask, pooling)
+        want = tools.jitted(ctx.ref.masked_pool, 2)(x, mask, pooling)
+        got = tools.jitted(ctx.student.masked_pool, 2)(x, mask, pooling)
         name = f"masked_pool(..., {pooling!r}) of 3 reviews, the last one empty (all padding)"
-        expect_array(got, name, shape=want.shape, axes="(B, D or 2D)")
-        expect_close(got, want, name, hint="The last review (all padding) pools to zeros.")
+        tools.expect_array(got, name, shape=want.shape, axes="(B, D or 2D)")
+        tools.expect_close(got, want, name, hint="The last review (all padding) pools to zeros.")
 
 
 @clf.check
@@ -67,15 +48,17 @@ def check_pool_ignores_padding(ctx):
     """Padding never changes the pooled vector, an empty review pools to zeros."""
     rng = ctx.rng()
     x, mask = _pool_inputs(rng)
-    noisy = np.where(mask[..., None] == 0, 100.0 + 50 * normal(rng, *x.shape), x).astype(np.float32)
+    noisy = np.where(mask[..., None] == 0, 100.0 + 50 * tools.normal(rng, *x.shape), x).astype(
+        np.float32
+    )
     for pooling in POOLINGS:
-        got = expect_array(
-            jitted(ctx.student.masked_pool, 2)(noisy, mask, pooling),
+        got = tools.expect_array(
+            tools.jitted(ctx.student.masked_pool, 2)(noisy, mask, pooling),
             f"masked_pool(..., {pooling!r})",
         )
-        expect_close(
+        tools.expect_close(
             got,
-            jitted(ctx.ref.masked_pool, 2)(x, mask, pooling),
+            tools.jitted(ctx.ref.masked_pool, 2)(x, mask, pooling),
             f"masked_pool(..., {pooling!r}) with large values at padding",
             hint="Pool over the real tokens only: a mean divides by their number (at least 1), "
             "a max ignores padding, and an empty review gives zeros.",
@@ -90,7 +73,7 @@ def check_pool_bad_name(ctx):
         ctx.student.masked_pool(x, mask, "sum")
     except ValueError:
         return
-    fail("masked_pool(x, mask, 'sum') should raise ValueError naming the allowed poolings")
+    tools.fail("masked_pool(x, mask, 'sum') should raise ValueError naming the allowed poolings")
 
 
 def _clf_config(pooling: str, p: float = 0.1) -> ClassifierConfig:
@@ -106,7 +89,7 @@ def _clf_config(pooling: str, p: float = 0.1) -> ClassifierConfig:
     )
 
 
-@builder
+@tools.builder
 def _clf(p: float, is_train: bool, pooling: str = "mean"):
     config = _clf_config(pooling, p)
 
@@ -118,15 +101,17 @@ def _clf(p: float, is_train: bool, pooling: str = "mean"):
     return build
 
 
-CLASSIFIER = WithDropout(_clf, lambda rng: _ids_mask(rng, 4), "TransformerClassifier")
+CLASSIFIER = tools.WithDropout(
+    _clf, lambda rng: common.ids_and_mask(rng, 4), "TransformerClassifier"
+)
 
 
 @clf.check(gate=True, covers=("TransformerClassifier",))
 def check_classifier_matches_reference(ctx):
     """Logits `(B,)` match the reference for every pooling (evaluation, under jax.jit)."""
-    ids, mask = _ids_mask(ctx.rng())
+    ids, mask = common.ids_and_mask(ctx.rng())
     for pooling in POOLINGS:
-        compare_module(
+        tools.compare_module(
             ctx,
             _clf(0.1, False, pooling),
             ids,
@@ -142,16 +127,18 @@ def check_classifier_matches_reference(ctx):
 def check_classifier_padding_invariance(ctx):
     """The same review padded to different lengths, with junk ids at padding, gets one logit."""
     rng = ctx.rng()
-    ids, mask = _ids_mask(rng)
+    ids, mask = common.ids_and_mask(rng)
     long_ids = np.concatenate([ids, rng.integers(1, VOCAB, size=(B, 4))], 1).astype(np.int32)
     long_mask = np.concatenate([mask, np.zeros((B, 4), np.int32)], 1)
     long_ids[:, :S] = np.where(mask == 0, rng.integers(1, VOCAB, size=(B, S)), ids)
     for pooling in ("mean", "mean_max"):
         build = _clf(0.1, False, pooling)
-        params = perturb(run_haiku(build, ctx.ref, None, ids, mask), rng)
-        short = expect_array(run_haiku(build, ctx.student, params, ids, mask), "the logits")
-        longer = run_haiku(build, ctx.student, params, long_ids, long_mask)
-        expect_close(
+        params = tools.perturb(tools.run_haiku(build, ctx.ref, None, ids, mask), rng)
+        short = tools.expect_array(
+            tools.run_haiku(build, ctx.student, params, ids, mask), "the logits"
+        )
+        longer = tools.run_haiku(build, ctx.student, params, long_ids, long_mask)
+        tools.expect_close(
             longer,
             short,
             f"the logits of the same reviews padded further (pooling {pooling!r})",

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from m2l_nlp.data.masks import padding_mask
-from m2l_nlp.grading.checks.tools import normal
+from m2l_nlp.grading.checks import tools
 
 PRACTICAL = "practical2_transformers"
 
@@ -25,12 +25,12 @@ def _mask(rng: np.random.Generator, batch: int, length: int, min_valid: int = 1)
     return padding_mask(lengths, length)
 
 
-def _vectors_mask(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def vectors_and_mask(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
     """A block's inputs: token vectors `(B, S, D)` and a padding mask `(B, S)`."""
-    return normal(rng, B, S, D), _mask(rng, B, S)
+    return tools.normal(rng, B, S, D), _mask(rng, B, S)
 
 
-def _ids_mask(rng, batch=B, length=S):
+def ids_and_mask(rng, batch=B, length=S):
     ids = rng.integers(1, VOCAB, size=(batch, length)).astype(np.int32)
     mask = _mask(rng, batch, length)
     ids[mask == 0] = 0

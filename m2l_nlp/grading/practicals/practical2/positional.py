@@ -5,24 +5,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from m2l_nlp.grading.checks import tools
 from m2l_nlp.grading.checks.registry import exercise
-from m2l_nlp.grading.checks.tools import (
-    WithDropout,
-    builder,
-    compare_module,
-    expect_array,
-    expect_close,
-    fail,
-    grading_seed,
-    normal,
-    run_haiku,
-)
-from m2l_nlp.grading.practicals.practical2.common import (
-    PRACTICAL,
-    B,
-    D,
-    S,
-)
+from m2l_nlp.grading.practicals.practical2.common import PRACTICAL, B, D, S
 
 # --------------------------------------------------------------------------------------------
 # 7. positional_encoding
@@ -84,7 +69,7 @@ def _table_hint(ctx, table, max_len: int, d_model: int) -> str:
 def _table_sizes(ctx) -> tuple[tuple[int, int], ...]:
     """``(max_len, d_model)`` pairs, an even and an odd ``d_model``: drawn from the grading
     seed when there is one, so that no table is the same from one grading to the next."""
-    if grading_seed() == 0:
+    if tools.grading_seed() == 0:
         return ((50, 16), (10, 7))
     rng = ctx.rng("sizes")
     return (
@@ -98,7 +83,7 @@ def check_table_shape_dtype(ctx):
     """`sinusoidal_encoding(max_len, d_model)` is a float32 `(max_len, d_model)` array."""
     for max_len, d_model in _table_sizes(ctx):
         table = ctx.student.sinusoidal_encoding(max_len, d_model)
-        expect_array(
+        tools.expect_array(
             table,
             f"sinusoidal_encoding({max_len}, {d_model})",
             shape=(max_len, d_model),
@@ -112,7 +97,7 @@ def check_table_closed_form(ctx):
     """PE[pos, 2i] = sin(pos / 10000^(2i/D)), PE[pos, 2i+1] = cos(same), odd D too."""
     for max_len, d_model in _table_sizes(ctx):
         table = ctx.student.sinusoidal_encoding(max_len, d_model)
-        expect_close(
+        tools.expect_close(
             table,
             ctx.ref.sinusoidal_encoding(max_len, d_model),
             f"sinusoidal_encoding({max_len}, {d_model})",
@@ -122,7 +107,7 @@ def check_table_closed_form(ctx):
         )
 
 
-@builder
+@tools.builder
 def _pe(p: float, is_train: bool, max_len: int = 20):
     def build(ns):
         return lambda x: ns.PositionalEncoding(D, max_len, p, name="pe")(x, is_train)
@@ -130,15 +115,15 @@ def _pe(p: float, is_train: bool, max_len: int = 20):
     return build
 
 
-PE = WithDropout(_pe, lambda rng: (normal(rng, B, S, D),), "PositionalEncoding")
+PE = tools.WithDropout(_pe, lambda rng: (tools.normal(rng, B, S, D),), "PositionalEncoding")
 
 
 @pe.check(gate=True, covers=("PositionalEncoding",))
 def check_adds_table(ctx):
     """In evaluation, the output is `x + table[:S]` (under jax.jit)."""
     rng = ctx.rng()
-    x = normal(rng, B, S, D)
-    compare_module(
+    x = tools.normal(rng, B, S, D)
+    tools.compare_module(
         ctx,
         _pe(0.1, False),
         x,
@@ -149,8 +134,8 @@ def check_adds_table(ctx):
             "the table it makes."
         ),
     )
-    out = run_haiku(_pe(0.1, False), ctx.student, {}, np.zeros((B, S, D), np.float32))
-    expect_close(
+    out = tools.run_haiku(_pe(0.1, False), ctx.student, {}, np.zeros((B, S, D), np.float32))
+    tools.expect_close(
         out,
         np.broadcast_to(np.asarray(ctx.ref.sinusoidal_encoding(20, D))[:S], (B, S, D)),
         "the output for x = 0 (it should be the table itself)",
@@ -162,17 +147,19 @@ def check_too_long_raises(ctx):
     """A sequence longer than `max_len` raises `ValueError` that says so."""
     x = np.zeros((1, 25, D), np.float32)
     try:
-        run_haiku(_pe(0.1, False), ctx.student, {}, x)
+        tools.run_haiku(_pe(0.1, False), ctx.student, {}, x)
     except ValueError:
         return
     except (NotImplementedError, AssertionError):
         raise
     except Exception as err:  # noqa: BLE001 - any other error is the wrong kind
-        fail(
+        tools.fail(
             f"a sequence of 25 tokens with max_len=20 should raise ValueError with a clear "
             f"message; yours raised {type(err).__name__}: {err}"
         )
-    fail("a sequence of 25 tokens with max_len=20 should raise ValueError; yours raised nothing")
+    tools.fail(
+        "a sequence of 25 tokens with max_len=20 should raise ValueError; yours raised nothing"
+    )
 
 
 @pe.check

@@ -10,7 +10,7 @@ from typing import Any, NamedTuple
 import jax.numpy as jnp
 import numpy as np
 
-from m2l_nlp.grading.checks.tools import expect_array, expect_close, fail, perturb, run_haiku
+from m2l_nlp.grading.checks import tools
 
 PRACTICAL = "practical3_translation"
 
@@ -45,13 +45,13 @@ def expect_no_future(
         changed[:, t + 1 :] = changed[:, t + 1 :] % (VOCAB - 1) + 1
     else:
         changed[:, t + 1 :] += rng.standard_normal(changed[:, t + 1 :].shape).astype(np.float32)
-    before = expect_array(run(inputs), f"the output of {what}")
-    after = expect_array(run(changed), f"the output of {what} (later inputs changed)")
+    before = tools.expect_array(run(inputs), f"the output of {what}")
+    after = tools.expect_array(run(changed), f"the output of {what} (later inputs changed)")
     if before.shape != after.shape:
-        fail(f"the output of {what} changed shape when only the later inputs changed")
+        tools.fail(f"the output of {what} changed shape when only the later inputs changed")
     moved = np.abs(before[:, : t + 1] - after[:, : t + 1]).max()
     if moved > 1e-5:
-        fail(
+        tools.fail(
             f"changing only the inputs after position {t} changed the output of {what} at "
             f"positions 0..{t} (by up to {moved:.3g}): a position reads the future; the causal "
             "mask must hide every key after the query"
@@ -110,11 +110,11 @@ def expect_reading_with_caches(
     """``build``'s forward gives the student's module on the whole text and read one position
     at a time with caches: the two must agree (``what`` names the output, ``axes`` its
     shape, the last of ``inputs`` being the positions)."""
-    params = perturb(run_haiku(build, ctx.ref, None, *inputs), ctx.rng("params"))
-    whole, by_position = run_haiku(build, ctx.student, params, *inputs)
-    whole = expect_array(whole, what)
-    expect_close(
-        expect_array(by_position, what, shape=whole.shape, axes=axes),
+    params = tools.perturb(tools.run_haiku(build, ctx.ref, None, *inputs), ctx.rng("params"))
+    whole, by_position = tools.run_haiku(build, ctx.student, params, *inputs)
+    whole = tools.expect_array(whole, what)
+    tools.expect_close(
+        tools.expect_array(by_position, what, shape=whole.shape, axes=axes),
         whole,
         f"{what} one position at a time, with caches",
         versus=versus,

@@ -5,33 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from m2l_nlp.grading.checks import tools
 from m2l_nlp.grading.checks.registry import CheckFailure, exercise
-from m2l_nlp.grading.checks.tools import (
-    DRAW_P,
-    builder,
-    compare_module,
-    expect_array,
-    expect_close,
-    expect_dropout_only_in_training,
-    expect_trains_like,
-    fail,
-    jitted,
-    normal,
-    over_draws,
-    perturb,
-    run_haiku,
-)
-from m2l_nlp.grading.practicals.practical3.common import (
-    FF,
-    PRACTICAL,
-    B,
-    D,
-    H,
-    S,
-    expect_no_future,
-    layer_norm,
-    padded,
-)
+from m2l_nlp.grading.practicals.practical3 import common
+from m2l_nlp.grading.practicals.practical3.common import FF, PRACTICAL, B, D, H, S
 
 # --------------------------------------------------------------------------------------------
 # 1. causal_mask
@@ -73,7 +50,7 @@ def _slip(ctx, got: np.ndarray) -> str:
     """The slip behind the wrong mask ``got``, judged on causal_mask(S) where that works:
     causal_mask(1) is [[0]] for several slips, one row too few to tell them apart."""
     try:
-        full = np.asarray(jitted(ctx.student.causal_mask, 0)(S), np.float64)
+        full = np.asarray(tools.jitted(ctx.student.causal_mask, 0)(S), np.float64)
     except Exception:  # noqa: BLE001 - the checks report that error themselves
         full = None
     if full is None or full.shape != (S, S):
@@ -111,8 +88,8 @@ def check_causal_mask_matches_reference(ctx):
     """`causal_mask(S)` is the `(S, S)` lower triangle, diagonal included."""
     for n in (1, S):
         want = np.asarray(ctx.ref.causal_mask(n))
-        got = expect_array(
-            jitted(ctx.student.causal_mask, 0)(n),
+        got = tools.expect_array(
+            tools.jitted(ctx.student.causal_mask, 0)(n),
             f"causal_mask({n})",
             shape=(n, n),
             axes="(S, S)",
@@ -121,7 +98,7 @@ def check_causal_mask_matches_reference(ctx):
         if not np.array_equal(got != 0, want != 0):
             slip = _slip(ctx, got)
             i, j = (int(a[0]) for a in np.nonzero((got != 0) != (want != 0)))
-            fail(
+            tools.fail(
                 f"causal_mask({n})[{i}, {j}] is {got[i, j]}, should be {want[i, j]} (query {i} "
                 f"{'may' if want[i, j] else 'may not'} see key {j}). {slip}".rstrip()
             )
@@ -130,17 +107,19 @@ def check_causal_mask_matches_reference(ctx):
 @causal.check
 def check_causal_mask_values(ctx):
     """The mask holds 0 and 1 only, and its first row lets the first position see itself."""
-    got = expect_array(
-        jitted(ctx.student.causal_mask, 0)(S), "causal_mask(S)", shape=(S, S), finite=False
+    got = tools.expect_array(
+        tools.jitted(ctx.student.causal_mask, 0)(S), "causal_mask(S)", shape=(S, S), finite=False
     )
     additive = _additive_slip(np.asarray(got, np.float64))
     if additive:
-        fail(f"causal_mask(S) holds {sorted(set(got.ravel().tolist()))}: {additive}")
-    expect_array(got, "causal_mask(S)")
+        tools.fail(f"causal_mask(S) holds {sorted(set(got.ravel().tolist()))}: {additive}")
+    tools.expect_array(got, "causal_mask(S)")
     if not np.isin(got, (0, 1)).all():
-        fail(f"causal_mask should hold 0 and 1 only; yours holds {sorted(set(got.ravel()))[:5]}")
+        tools.fail(
+            f"causal_mask should hold 0 and 1 only; yours holds {sorted(set(got.ravel()))[:5]}"
+        )
     if got[0, 0] == 0:
-        fail("causal_mask(S)[0, 0] is 0: the first position would attend to nothing at all")
+        tools.fail("causal_mask(S)[0, 0] is 0: the first position would attend to nothing at all")
 
 
 # --------------------------------------------------------------------------------------------
@@ -156,7 +135,7 @@ block = exercise(
 )
 
 
-@builder
+@tools.builder
 def _block(p: float, is_train: bool):
     def build(ns):
         return lambda x, mask: ns.DecoderBlock(D, H, FF, p, name="block")(x, mask, is_train)
@@ -201,8 +180,10 @@ def _norm_slip(ctx, build, params, x, mask, got) -> str:
         name["norm_2"]: params[name["norm_1"]],
     }
     try:
-        pre = run_haiku(build, ctx.ref, params, layer_norm(x, params[name["norm_1"]]), mask)
-        swap = run_haiku(build, ctx.ref, swapped, x, mask)
+        pre = tools.run_haiku(
+            build, ctx.ref, params, common.layer_norm(x, params[name["norm_1"]]), mask
+        )
+        swap = tools.run_haiku(build, ctx.ref, swapped, x, mask)
     except Exception:  # noqa: BLE001 - answers recorded before these questions were asked
         return ""
     if _same(got[1], pre[1]):
@@ -227,19 +208,23 @@ def _same(got, want) -> bool:
 def check_block_matches_reference(ctx):
     """Evaluation output and weights match the reference, with padding (under jax.jit)."""
     rng = ctx.rng()
-    x, mask = normal(rng, B, S, D), padded(rng)
+    x, mask = tools.normal(rng, B, S, D), common.padded(rng)
     build = _block(0.1, False)
-    params = perturb(run_haiku(build, ctx.ref, None, x, mask), ctx.rng("params"))
-    want = run_haiku(build, ctx.ref, params, x, mask)
-    got = run_haiku(build, ctx.student, params, x, mask)
+    params = tools.perturb(tools.run_haiku(build, ctx.ref, None, x, mask), ctx.rng("params"))
+    want = tools.run_haiku(build, ctx.ref, params, x, mask)
+    got = tools.run_haiku(build, ctx.student, params, x, mask)
     if not isinstance(got, tuple) or len(got) != 2:
-        fail("DecoderBlock should return a tuple (output, attention weights)")
-    weights = expect_array(got[1], "the attention weights", shape=(B, H, S, S), axes="(B, h, S, S)")
+        tools.fail("DecoderBlock should return a tuple (output, attention weights)")
+    weights = tools.expect_array(
+        got[1], "the attention weights", shape=(B, H, S, S), axes="(B, h, S, S)"
+    )
     if ctx.recording:  # the hint's questions, recorded for a handout
         _norm_slip(ctx, build, params, x, mask, want)
     try:
-        expect_close(weights, want[1], "the attention weights", hint=_weights_slip(weights, mask))
-        expect_close(got[0], want[0], "the output of DecoderBlock")
+        tools.expect_close(
+            weights, want[1], "the attention weights", hint=_weights_slip(weights, mask)
+        )
+        tools.expect_close(got[0], want[0], "the output of DecoderBlock")
     except CheckFailure as failure:  # the hint costs two runs of the reference: only now
         hint = _norm_slip(ctx, build, params, x, mask, got) or (
             "" if str(failure).startswith("the attention weights") else _POST_NORM
@@ -251,32 +236,34 @@ def check_block_matches_reference(ctx):
 def check_block_reads_no_future(ctx):
     """Changing the inputs after position t leaves the output at positions 0..t unchanged."""
     rng = ctx.rng()
-    x = normal(rng, B, S, D)
+    x = tools.normal(rng, B, S, D)
     mask = np.ones((B, S), np.int32)
     build = _block(0.1, False)
-    params = perturb(run_haiku(build, ctx.ref, None, x, mask), ctx.rng("params"))
+    params = tools.perturb(tools.run_haiku(build, ctx.ref, None, x, mask), ctx.rng("params"))
 
     def run(inputs):
-        out = run_haiku(build, ctx.student, params, inputs, mask)
+        out = tools.run_haiku(build, ctx.student, params, inputs, mask)
         return out[0] if isinstance(out, tuple) else out
 
-    expect_no_future(run, x, rng, "DecoderBlock")
+    common.expect_no_future(run, x, rng, "DecoderBlock")
 
 
 @block.check
 def check_block_dropout(ctx):
     """Dropout on in training, off in evaluation (no random key needed), p=0 is a no-op."""
     rng = ctx.rng()
-    x, mask = normal(rng, B, S, D), padded(rng)
-    expect_dropout_only_in_training(ctx, _block, x, mask, what="DecoderBlock")
+    x, mask = tools.normal(rng, B, S, D), common.padded(rng)
+    tools.expect_dropout_only_in_training(ctx, _block, x, mask, what="DecoderBlock")
 
 
-@builder
+@tools.builder
 def _block_draws(copies: int):
     def build(ns):
-        return over_draws(
+        return tools.over_draws(
             copies=copies,
-            forward=lambda x, mask: ns.DecoderBlock(D, H, FF, DRAW_P, name="block")(x, mask, True),
+            forward=lambda x, mask: ns.DecoderBlock(D, H, FF, tools.DRAW_P, name="block")(
+                x, mask, True
+            ),
         )
 
     return build
@@ -286,8 +273,8 @@ def _block_draws(copies: int):
 def check_block_training_matches_reference(ctx):
     """Training output (p_dropout=0.5) is the reference's: dropout on each sub-layer's output."""
     rng = ctx.rng()
-    x, mask = normal(rng, B, S, D), padded(rng)
-    expect_trains_like(
+    x, mask = tools.normal(rng, B, S, D), common.padded(rng)
+    tools.expect_trains_like(
         ctx,
         _block_draws,
         x,
@@ -312,7 +299,7 @@ stack = exercise(
 )
 
 
-@builder
+@tools.builder
 def _decoder(layers: int, maps: bool):
     def build(ns):
         def forward(x, mask):
@@ -328,8 +315,8 @@ def _decoder(layers: int, maps: bool):
 def check_decoder_matches_reference(ctx):
     """A 3-block decoder's evaluation output matches the reference (under jax.jit)."""
     rng = ctx.rng()
-    x, mask = normal(rng, B, S, D), padded(rng)
-    compare_module(
+    x, mask = tools.normal(rng, B, S, D), common.padded(rng)
+    tools.compare_module(
         ctx,
         _decoder(3, False),
         x,
@@ -343,15 +330,17 @@ def check_decoder_matches_reference(ctx):
 def check_decoder_attention_maps(ctx):
     """`get_attention_maps` returns one `(B, h, S, S)` map per block, as the reference."""
     rng = ctx.rng()
-    x, mask = normal(rng, B, S, D), padded(rng)
-    params = perturb(run_haiku(_decoder(3, False), ctx.ref, None, x, mask), ctx.rng("params"))
-    want = run_haiku(_decoder(3, True), ctx.ref, params, x, mask)
-    got = run_haiku(_decoder(3, True), ctx.student, params, x, mask)
+    x, mask = tools.normal(rng, B, S, D), common.padded(rng)
+    params = tools.perturb(
+        tools.run_haiku(_decoder(3, False), ctx.ref, None, x, mask), ctx.rng("params")
+    )
+    want = tools.run_haiku(_decoder(3, True), ctx.ref, params, x, mask)
+    got = tools.run_haiku(_decoder(3, True), ctx.student, params, x, mask)
     if not isinstance(got, list | tuple) or len(got) != 3:
         count = len(got) if isinstance(got, list | tuple) else "not a list"
-        fail(f"get_attention_maps of 3 blocks should return 3 maps; yours gave {count}")
+        tools.fail(f"get_attention_maps of 3 blocks should return 3 maps; yours gave {count}")
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
-        expect_close(
+        tools.expect_close(
             g, w, f"the attention map of block {i}", hint="Each block reads the last one's output."
         )
 
@@ -360,26 +349,26 @@ def check_decoder_attention_maps(ctx):
 def check_decoder_reads_no_future(ctx):
     """Through 3 blocks, the output at positions 0..t ignores the inputs after t."""
     rng = ctx.rng()
-    x = normal(rng, B, S, D)
+    x = tools.normal(rng, B, S, D)
     mask = np.ones((B, S), np.int32)
     build = _decoder(3, False)
-    params = perturb(run_haiku(build, ctx.ref, None, x, mask), ctx.rng("params"))
-    expect_no_future(
-        lambda inputs: run_haiku(build, ctx.student, params, inputs, mask),
+    params = tools.perturb(tools.run_haiku(build, ctx.ref, None, x, mask), ctx.rng("params"))
+    common.expect_no_future(
+        lambda inputs: tools.run_haiku(build, ctx.student, params, inputs, mask),
         x,
         rng,
         "TransformerDecoder",
     )
 
 
-@builder
+@tools.builder
 def _decoder_draws(copies: int):
     def build(ns):
-        return over_draws(
+        return tools.over_draws(
             copies=copies,
-            forward=lambda x, mask: ns.TransformerDecoder(3, H, D, FF, DRAW_P, name="decoder")(
-                x, mask, True
-            ),
+            forward=lambda x, mask: ns.TransformerDecoder(
+                3, H, D, FF, tools.DRAW_P, name="decoder"
+            )(x, mask, True),
         )
 
     return build
@@ -389,8 +378,8 @@ def _decoder_draws(copies: int):
 def check_decoder_training_matches_reference(ctx):
     """Training output (p_dropout=0.5) of 3 blocks is the reference's."""
     rng = ctx.rng()
-    x, mask = normal(rng, B, S, D), padded(rng)
-    expect_trains_like(
+    x, mask = tools.normal(rng, B, S, D), common.padded(rng)
+    tools.expect_trains_like(
         ctx,
         _decoder_draws,
         x,

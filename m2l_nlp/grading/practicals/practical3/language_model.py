@@ -8,32 +8,10 @@ import dataclasses
 import numpy as np
 
 from m2l_nlp.config import TransformerConfig
+from m2l_nlp.grading.checks import tools
 from m2l_nlp.grading.checks.registry import exercise
-from m2l_nlp.grading.checks.tools import (
-    DRAW_P,
-    DRAWS,
-    builder,
-    compare_module,
-    expect_array,
-    expect_close,
-    expect_trains_like,
-    fail,
-    jitted,
-    normal,
-    over_draws,
-    perturb,
-    run_haiku,
-)
-from m2l_nlp.grading.practicals.practical3.common import (
-    FF,
-    PRACTICAL,
-    VOCAB,
-    D,
-    H,
-    S,
-    char_batch,
-    expect_no_future,
-)
+from m2l_nlp.grading.practicals.practical3 import common
+from m2l_nlp.grading.practicals.practical3.common import FF, PRACTICAL, VOCAB, D, H, S
 
 CONFIG = TransformerConfig(
     vocab_size=VOCAB, num_layers=2, num_heads=H, d_model=D, d_ff=FF, p_dropout=0.1, max_len=16
@@ -52,7 +30,7 @@ lm = exercise(
 )
 
 
-@builder
+@tools.builder
 def _lm():
     def build(ns):
         return lambda ids, mask: ns.CharLanguageModel(CONFIG, name="char_lm")(ids, mask, False)
@@ -63,8 +41,8 @@ def _lm():
 @lm.check(gate=True)
 def check_language_model_matches_reference(ctx):
     """Logits `(B, S, V)` match the reference on padded characters (under jax.jit)."""
-    ids, mask = char_batch(ctx.rng())
-    compare_module(
+    ids, mask = common.char_batch(ctx.rng())
+    tools.compare_module(
         ctx,
         _lm(),
         ids,
@@ -79,12 +57,15 @@ def check_language_model_matches_reference(ctx):
 def check_language_model_reads_no_future(ctx):
     """The logits at positions 0..t ignore the characters after t."""
     rng = ctx.rng()
-    ids, _ = char_batch(rng)
+    ids, _ = common.char_batch(rng)
     mask = np.ones_like(ids)
     ids = np.where(ids == 0, 1, ids)
-    params = perturb(run_haiku(_lm(), ctx.ref, None, ids, mask), ctx.rng("params"))
-    expect_no_future(
-        lambda x: run_haiku(_lm(), ctx.student, params, x, mask), ids, rng, "CharLanguageModel"
+    params = tools.perturb(tools.run_haiku(_lm(), ctx.ref, None, ids, mask), ctx.rng("params"))
+    common.expect_no_future(
+        lambda x: tools.run_haiku(_lm(), ctx.student, params, x, mask),
+        ids,
+        rng,
+        "CharLanguageModel",
     )
 
 
@@ -92,18 +73,20 @@ def check_language_model_reads_no_future(ctx):
 def check_language_model_ignores_padding(ctx):
     """A text padded to 6 or to 9 characters gets the same logits at its real positions."""
     rng = ctx.rng()
-    ids, mask = char_batch(rng)
-    params = perturb(run_haiku(_lm(), ctx.ref, None, ids, mask), ctx.rng("params"))
-    short = expect_array(run_haiku(_lm(), ctx.student, params, ids, mask), "the logits")
+    ids, mask = common.char_batch(rng)
+    params = tools.perturb(tools.run_haiku(_lm(), ctx.ref, None, ids, mask), ctx.rng("params"))
+    short = tools.expect_array(tools.run_haiku(_lm(), ctx.student, params, ids, mask), "the logits")
     longer_ids = np.pad(ids, ((0, 0), (0, 3)))
     longer_mask = np.pad(mask, ((0, 0), (0, 3)))
-    longer = expect_array(
-        run_haiku(_lm(), ctx.student, params, longer_ids, longer_mask), "the logits (padded)"
+    longer = tools.expect_array(
+        tools.run_haiku(_lm(), ctx.student, params, longer_ids, longer_mask), "the logits (padded)"
     )
     if longer.shape[:2] != longer_ids.shape:
-        fail(f"the logits should be (B, S, V); for ids {longer_ids.shape} yours are {longer.shape}")
+        tools.fail(
+            f"the logits should be (B, S, V); for ids {longer_ids.shape} yours are {longer.shape}"
+        )
     real = mask.astype(bool)
-    expect_close(
+    tools.expect_close(
         longer[:, :S][real],
         short[real],
         "the logits at real characters with 3 more padding positions",
@@ -112,12 +95,12 @@ def check_language_model_ignores_padding(ctx):
     )
 
 
-@builder
+@tools.builder
 def _lm_draws(copies: int):
-    config = dataclasses.replace(CONFIG, p_dropout=DRAW_P)
+    config = dataclasses.replace(CONFIG, p_dropout=tools.DRAW_P)
 
     def build(ns):
-        return over_draws(
+        return tools.over_draws(
             copies=copies,
             forward=lambda ids, mask: ns.CharLanguageModel(config, name="char_lm")(ids, mask, True),
         )
@@ -128,14 +111,14 @@ def _lm_draws(copies: int):
 @lm.check
 def check_language_model_training_matches_reference(ctx):
     """Training logits (p_dropout=0.5) are the reference's."""
-    ids, mask = char_batch(ctx.rng())
-    expect_trains_like(
+    ids, mask = common.char_batch(ctx.rng())
+    tools.expect_trains_like(
         ctx,
         _lm_draws,
         ids,
         mask,
         init=_lm(),
-        draws=8 * DRAWS,  # many dropout sites: one is a small part of the noise
+        draws=8 * tools.DRAWS,  # many dropout sites: one is a small part of the noise
         what="CharLanguageModel",
         hint="The positional encoding and the decoder get is_train, and they hold all the "
         "dropout: none on the embedding or the logits.",
@@ -189,24 +172,26 @@ def _variants(reference, logits: np.ndarray, ids: np.ndarray, mask: np.ndarray) 
 
 
 def _loss_batch(rng: np.random.Generator):
-    ids, mask = char_batch(rng, 3, S)
+    ids, mask = common.char_batch(rng, 3, S)
     mask[1, 3:] = 0  # rows of different lengths: a per-row mean then differs
     ids = ids * mask
-    return normal(rng, 3, S, VOCAB) * 2, ids, mask
+    return tools.normal(rng, 3, S, VOCAB) * 2, ids, mask
 
 
 @loss.check(gate=True)
 def check_loss_matches_reference(ctx):
     """The mean next-character loss matches the reference on padded rows (under jax.jit)."""
     logits, ids, mask = _loss_batch(ctx.rng())
-    want = float(jitted(ctx.ref.next_token_loss)(logits, ids, mask))
-    got = expect_array(jitted(ctx.student.next_token_loss)(logits, ids, mask), "the loss", shape=())
+    want = float(tools.jitted(ctx.ref.next_token_loss)(logits, ids, mask))
+    got = tools.expect_array(
+        tools.jitted(ctx.student.next_token_loss)(logits, ids, mask), "the loss", shape=()
+    )
     if abs(float(got) - want) <= 1e-4 * max(1.0, abs(want)):
         return
-    for slip, value in _variants(jitted(ctx.ref.next_token_loss), logits, ids, mask).items():
+    for slip, value in _variants(tools.jitted(ctx.ref.next_token_loss), logits, ids, mask).items():
         if abs(float(got) - value) <= 1e-4 * max(1.0, abs(value)):
-            fail(f"the loss is {float(got):.6g}, the reference's {want:.6g}: {slip.strip()}")
-    fail(
+            tools.fail(f"the loss is {float(got):.6g}, the reference's {want:.6g}: {slip.strip()}")
+    tools.fail(
         f"the loss is {float(got):.6g}, the reference's {want:.6g}: the mean cross-entropy of "
         "logits[:, :-1] against ids[:, 1:], over the targets whose mask is 1"
     )
@@ -219,14 +204,14 @@ def check_loss_of_no_target_is_zero(ctx):
     logits, ids, _ = _loss_batch(rng)
     mask = np.zeros_like(ids)
     mask[:, 0] = 1
-    got = expect_array(
-        jitted(ctx.student.next_token_loss)(logits, ids * mask, mask),
+    got = tools.expect_array(
+        tools.jitted(ctx.student.next_token_loss)(logits, ids * mask, mask),
         "the loss",
         shape=(),
         finite=False,
     )
     if not np.isfinite(got) or abs(float(got)) > 1e-6:
-        fail(
+        tools.fail(
             f"with one character per row there is no target, and the loss should be 0; yours "
             f"is {float(got)} (divide by the number of targets, at least 1)"
         )
@@ -240,10 +225,12 @@ def check_loss_of_a_sure_model_is_zero(ctx):
     nxt = np.concatenate([ids[:, 1:], ids[:, :1]], axis=1)
     logits = np.where(np.arange(VOCAB) == nxt[..., None], 30.0, -30.0).astype(np.float32)
     got = float(
-        expect_array(jitted(ctx.student.next_token_loss)(logits, ids, mask), "the loss", shape=())
+        tools.expect_array(
+            tools.jitted(ctx.student.next_token_loss)(logits, ids, mask), "the loss", shape=()
+        )
     )
     if got > 1e-3:
-        fail(
+        tools.fail(
             f"logits that are sure of every next character should give a loss near 0; yours "
             f"give {got:.4g}: the logits at position i predict the character at i + 1"
         )
@@ -265,16 +252,16 @@ ROWS = 6000  # draws per check: frequencies within about 0.02 of the probabiliti
 
 def _draws(ctx, logits_row: np.ndarray, temperature: float, top_k, seed: int) -> np.ndarray:
     logits = np.broadcast_to(logits_row, (ROWS, logits_row.size)).astype(np.float32)
-    got = expect_array(
-        jitted(ctx.student.sample_next, 2, 3)(logits, ctx.key(seed), temperature, top_k),
+    got = tools.expect_array(
+        tools.jitted(ctx.student.sample_next, 2, 3)(logits, ctx.key(seed), temperature, top_k),
         "the sampled ids",
         shape=(ROWS,),
         axes="(B,)",
     )
     if not np.issubdtype(got.dtype, np.integer):
-        fail(f"sample_next should return integer ids; yours have dtype {got.dtype}")
+        tools.fail(f"sample_next should return integer ids; yours have dtype {got.dtype}")
     if got.min() < 0 or got.max() >= logits_row.size:
-        fail(f"sample_next returned ids outside 0..{logits_row.size - 1} (e.g. {got.max()})")
+        tools.fail(f"sample_next returned ids outside 0..{logits_row.size - 1} (e.g. {got.max()})")
     return np.bincount(got, minlength=logits_row.size) / ROWS
 
 
@@ -296,20 +283,20 @@ def check_sample_follows_the_temperature(ctx):
         if np.abs(freq - want).max() <= 0.03:
             continue
         if np.abs(freq - plain).max() <= 0.03:
-            fail(
+            tools.fail(
                 f"at temperature {temperature} your draws follow softmax(logits) (frequency of id "
                 f"0: {freq[0]:.3f}, should be about {want[0]:.3f}): the temperature has no "
                 "effect; divide the logits by it before the softmax (dividing the softmax's "
                 "output is undone when the probabilities are normalised)"
             )
         if np.abs(freq - 1 / freq.size).max() <= 0.03:
-            fail(
+            tools.fail(
                 f"at temperature {temperature} every id was drawn about as often as the others "
                 f"(id 0: {freq[0]:.3f}, should be about {want[0]:.3f}): draw along the last axis "
                 "(the vocabulary) from the row's own logits"
             )
         at = int(np.argmax(np.abs(freq - want)))
-        fail(
+        tools.fail(
             f"at temperature {temperature} id {at} was drawn with frequency {freq[at]:.3f}; "
             f"softmax(logits / T) gives it {want[at]:.3f}"
         )
@@ -321,13 +308,13 @@ def check_sample_keeps_the_top_k(ctx):
     freq = _draws(ctx, LOGITS, 1.0, 2, 3)
     outside = freq[2:].sum()
     if outside > 0:
-        fail(
+        tools.fail(
             f"with top_k=2 ids outside the 2 largest logits were drawn ({outside:.1%} of the "
             "draws): give every logit below the k-th largest -inf"
         )
     want = _softmax(LOGITS[:2])
     if np.abs(freq[:2] - want).max() > 0.03 or freq[1] == 0:
-        fail(
+        tools.fail(
             f"with top_k=2 ids 0 and 1 should be drawn {want[0]:.3f} and {want[1]:.3f} of the "
             f"time; yours: {freq[0]:.3f} and {freq[1]:.3f} (keep the k-th largest logit itself)"
         )
@@ -338,7 +325,7 @@ def check_sample_temperature_with_top_k(ctx):
     """With top_k=3 and temperature 0.5 together, the draws follow softmax(top 3 logits / 0.5)."""
     freq = _draws(ctx, LOGITS, 0.5, 3, 4)
     if freq[3:].sum() > 0:
-        fail(
+        tools.fail(
             f"with top_k=3 and temperature 0.5, ids outside the 3 largest logits were drawn "
             f"({freq[3:].sum():.1%} of the draws): the top k must hold with a temperature too"
         )
@@ -346,13 +333,13 @@ def check_sample_temperature_with_top_k(ctx):
     if np.abs(freq[:3] - want).max() <= 0.03:
         return
     if np.abs(freq[:3] - _softmax(LOGITS[:3])).max() <= 0.03:
-        fail(
+        tools.fail(
             f"with top_k=3 and temperature 0.5 your draws follow softmax of the 3 largest "
             f"logits at temperature 1 (id 0: {freq[0]:.3f}, should be about {want[0]:.3f}): "
             "the temperature is lost when top_k is set; keep dividing the logits by it"
         )
     at = int(np.argmax(np.abs(freq[:3] - want)))
-    fail(
+    tools.fail(
         f"with top_k=3 and temperature 0.5 id {at} was drawn with frequency {freq[at]:.3f}; "
         f"softmax(top 3 logits / 0.5) gives it {want[at]:.3f}"
     )
@@ -364,14 +351,14 @@ def check_sample_rows_are_independent(ctx):
     rng = ctx.rng()
     favourite = rng.integers(0, VOCAB, size=8)
     logits = np.where(np.arange(VOCAB) == favourite[:, None], 50.0, 0.0).astype(np.float32)
-    got = expect_array(
-        jitted(ctx.student.sample_next, 2, 3)(logits, ctx.key(7), 1.0, None),
+    got = tools.expect_array(
+        tools.jitted(ctx.student.sample_next, 2, 3)(logits, ctx.key(7), 1.0, None),
         "the sampled ids",
         shape=(8,),
         axes="(B,)",
     )
     if not np.array_equal(got, favourite):
-        fail(
+        tools.fail(
             f"rows whose logits put everything on ids {favourite.tolist()} drew "
             f"{np.asarray(got).tolist()}: sample along the last axis (the vocabulary), one id "
             "per row"

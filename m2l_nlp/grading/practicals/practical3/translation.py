@@ -9,40 +9,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from m2l_nlp.config import TransformerConfig
+from m2l_nlp.grading.checks import tools
 from m2l_nlp.grading.checks.registry import CheckFailure, exercise
-from m2l_nlp.grading.checks.tools import (
-    DRAW_P,
-    DRAWS,
-    builder,
-    compare_module,
-    draws_of,
-    expect_array,
-    expect_close,
-    expect_dropout_only_in_training,
-    expect_module_trains_like,
-    expect_rows_sum_to_one,
-    expect_trains_like,
-    fail,
-    jitted,
-    normal,
-    perturb,
-    run_haiku,
-)
-from m2l_nlp.grading.practicals.practical3.common import (
-    FF,
-    PRACTICAL,
-    VOCAB,
-    B,
-    D,
-    H,
-    char_batch,
-    empty_cache,
-    expect_no_future,
-    expect_reading_with_caches,
-    layer_norm,
-    one_by_one,
-    padded,
-)
+from m2l_nlp.grading.practicals.practical3 import common
+from m2l_nlp.grading.practicals.practical3.common import FF, PRACTICAL, VOCAB, B, D, H
 
 T, SRC = 5, 7  # target and source lengths differ, so (B, h, T, S) is not (B, h, T, T)
 END = 2  # the end token's id in the decoding checks
@@ -66,7 +36,7 @@ block = exercise(
 )
 
 
-@builder
+@tools.builder
 def _block(p: float, is_train: bool):
     def build(ns):
         def forward(x, target_mask, memory, source_mask):
@@ -80,13 +50,18 @@ def _block(p: float, is_train: bool):
 
 def _block_inputs(rng: np.random.Generator):
     """A target `(B, T, D)` and a source memory `(B, SRC, D)`, both padded."""
-    return normal(rng, B, T, D), padded(rng, B, T), normal(rng, B, SRC, D), padded(rng, B, SRC)
+    return (
+        tools.normal(rng, B, T, D),
+        common.padded(rng, B, T),
+        tools.normal(rng, B, SRC, D),
+        common.padded(rng, B, SRC),
+    )
 
 
 def _call_block(ctx, params, *inputs, build=None):
-    got = run_haiku(build or _block(0.1, False), ctx.student, params, *inputs)
+    got = tools.run_haiku(build or _block(0.1, False), ctx.student, params, *inputs)
     if not isinstance(got, tuple) or len(got) != 3:
-        fail(BLOCK_RETURNS)
+        tools.fail(BLOCK_RETURNS)
     return got
 
 
@@ -107,8 +82,8 @@ def _pre_norm_weights(ctx, params, inputs) -> np.ndarray | None:
         return None
     x, *rest = inputs
     try:
-        normed = layer_norm(x, params[name["norm_1"]])
-        return np.asarray(run_haiku(_block(0.1, False), ctx.ref, params, normed, *rest)[1])
+        normed = common.layer_norm(x, params[name["norm_1"]])
+        return np.asarray(tools.run_haiku(_block(0.1, False), ctx.ref, params, normed, *rest)[1])
     except Exception:  # noqa: BLE001 - answers recorded before this question was asked
         return None
 
@@ -151,21 +126,25 @@ def check_translation_block_matches_reference(ctx):
     sides and a source longer than the target (under jax.jit)."""
     rng = ctx.rng()
     inputs = _block_inputs(rng)
-    params = perturb(run_haiku(_block(0.1, False), ctx.ref, None, *inputs), ctx.rng("params"))
-    want = run_haiku(_block(0.1, False), ctx.ref, params, *inputs)
+    params = tools.perturb(
+        tools.run_haiku(_block(0.1, False), ctx.ref, None, *inputs), ctx.rng("params")
+    )
+    want = tools.run_haiku(_block(0.1, False), ctx.ref, params, *inputs)
     got = _call_block(ctx, params, *inputs)
     if ctx.recording:  # the hint's question, recorded for a handout
         _pre_norm_weights(ctx, params, inputs)
-    own = expect_array(got[1], "the self-attention weights", axes="(B, h, T, T)")
+    own = tools.expect_array(got[1], "the self-attention weights", axes="(B, h, T, T)")
     try:
-        expect_close(own, want[1], "the self-attention weights", hint=_self_slip(own, inputs[1]))
+        tools.expect_close(
+            own, want[1], "the self-attention weights", hint=_self_slip(own, inputs[1])
+        )
     except CheckFailure as failure:  # the hint costs a run of the reference: only now
         pre = _pre_norm_weights(ctx, params, inputs)
         if pre is None or pre.shape != own.shape or not np.allclose(own, pre, 1e-4, 1e-4):
             raise
         raise CheckFailure(f"{failure} {_PRE_NORM}") from None
-    cross = expect_array(got[2], "the cross-attention weights", axes="(B, h, T, S)")
-    expect_close(
+    cross = tools.expect_array(got[2], "the cross-attention weights", axes="(B, h, T, S)")
+    tools.expect_close(
         cross,
         want[2],
         "the cross-attention weights",
@@ -173,7 +152,7 @@ def check_translation_block_matches_reference(ctx):
         or "Your self-attention is right: the cross-attention's queries are the output of "
         "the first sub-layer (after norm_1), its keys and values the encoder's memory.",
     )
-    expect_close(
+    tools.expect_close(
         got[0],
         want[0],
         "the output of TranslationBlock",
@@ -189,18 +168,18 @@ def check_translation_block_ignores_source_padding(ctx):
     cross-attention row sums to 1 over the source."""
     rng = ctx.rng()
     x, target_mask, memory, source_mask = _block_inputs(rng)
-    params = perturb(
-        run_haiku(_block(0.1, False), ctx.ref, None, x, target_mask, memory, source_mask),
+    params = tools.perturb(
+        tools.run_haiku(_block(0.1, False), ctx.ref, None, x, target_mask, memory, source_mask),
         ctx.rng("params"),
     )
     got = _call_block(ctx, params, x, target_mask, memory, source_mask)
-    expect_rows_sum_to_one(got[2], "the cross-attention weights")
-    noisy = memory + 5 * normal(rng, *memory.shape) * (source_mask == 0)[..., None]
+    tools.expect_rows_sum_to_one(got[2], "the cross-attention weights")
+    noisy = memory + 5 * tools.normal(rng, *memory.shape) * (source_mask == 0)[..., None]
     moved = _call_block(ctx, params, x, target_mask, noisy, source_mask)
-    out = expect_array(got[0], "the output")
-    change = float(np.abs(expect_array(moved[0], "the output") - out).max())
+    out = tools.expect_array(got[0], "the output")
+    change = float(np.abs(tools.expect_array(moved[0], "the output") - out).max())
     if change > 1e-5:
-        fail(
+        tools.fail(
             f"changing the encoder's output at the source's padding changed the block's "
             f"output by up to {change:.3g}: the cross-attention must hide the source's padding "
             "(source_mask)"
@@ -211,7 +190,7 @@ def check_translation_block_ignores_source_padding(ctx):
         )
         < 1e-6
     ):
-        fail(
+        tools.fail(
             "the block's output does not depend on the encoder's output: the cross-attention "
             "reads its keys and values from memory"
         )
@@ -223,18 +202,18 @@ def check_translation_block_reads_no_future(ctx):
     rng = ctx.rng()
     x, _, memory, source_mask = _block_inputs(rng)
     target_mask = np.ones((B, T), np.int32)
-    params = perturb(
-        run_haiku(_block(0.1, False), ctx.ref, None, x, target_mask, memory, source_mask),
+    params = tools.perturb(
+        tools.run_haiku(_block(0.1, False), ctx.ref, None, x, target_mask, memory, source_mask),
         ctx.rng("params"),
     )
 
     def run(inputs):
         return _call_block(ctx, params, inputs, target_mask, memory, source_mask)[0]
 
-    expect_no_future(run, x, rng, "TranslationBlock")
+    common.expect_no_future(run, x, rng, "TranslationBlock")
 
 
-@builder
+@tools.builder
 def _block_with_cache():
     """The student's block on the whole target, then one position at a time with a cache."""
 
@@ -248,7 +227,9 @@ def _block_with_cache():
                 out, cache, _ = module(piece, ones[:, :1], memory, source_mask, False, cache, at)
                 return out, cache
 
-            return whole, one_by_one(read, x, positions, empty_cache(len(x), CONFIG.max_len))
+            return whole, common.one_by_one(
+                read, x, positions, common.empty_cache(len(x), CONFIG.max_len)
+            )
 
         return forward
 
@@ -260,7 +241,7 @@ def check_translation_block_reads_with_a_cache(ctx):
     """Given a cache, one target position at a time, your block gives its own output on the
     whole target."""
     x, _, memory, source_mask = _block_inputs(ctx.rng())
-    expect_reading_with_caches(
+    common.expect_reading_with_caches(
         ctx,
         _block_with_cache(),
         (x, memory, source_mask, np.arange(T, dtype=np.int32)),
@@ -276,13 +257,15 @@ def check_translation_block_reads_with_a_cache(ctx):
 @block.check
 def check_translation_block_dropout(ctx):
     """Dropout on in training, off in evaluation (no random key needed), p=0 is a no-op."""
-    expect_dropout_only_in_training(ctx, _block, *_block_inputs(ctx.rng()), what="TranslationBlock")
+    tools.expect_dropout_only_in_training(
+        ctx, _block, *_block_inputs(ctx.rng()), what="TranslationBlock"
+    )
 
 
 @block.check
 def check_translation_block_training_matches_reference(ctx):
     """Training output (p_dropout=0.5) is the reference's: dropout on each sub-layer's output."""
-    expect_module_trains_like(
+    tools.expect_module_trains_like(
         ctx,
         _block,
         *_block_inputs(ctx.rng()),
@@ -312,7 +295,7 @@ model = exercise(
 )
 
 
-@builder
+@tools.builder
 def _transformer(part: str, p: float = CONFIG.p_dropout, is_train: bool = False):
     config = dataclasses.replace(CONFIG, p_dropout=p)
 
@@ -328,7 +311,7 @@ def _transformer(part: str, p: float = CONFIG.p_dropout, is_train: bool = False)
     return build
 
 
-@builder
+@tools.builder
 def _decode():
     """`decode` alone, over a memory of numbers: it must read the memory it is given."""
 
@@ -343,8 +326,8 @@ def _decode():
 
 
 def _pair(rng: np.random.Generator):
-    source, source_mask = char_batch(rng, B, SRC)
-    target, target_mask = char_batch(rng, B, T)
+    source, source_mask = common.char_batch(rng, B, SRC)
+    target, target_mask = common.char_batch(rng, B, T)
     return source, source_mask, target, target_mask
 
 
@@ -353,10 +336,10 @@ def check_transformer_matches_reference(ctx):
     """Logits `(B, T, V)` of padded targets over padded sources match the reference."""
     inputs = _pair(ctx.rng())
     build = _transformer("whole")
-    params = perturb(run_haiku(build, ctx.ref, None, *inputs), ctx.rng("params"))
-    want = run_haiku(build, ctx.ref, params, *inputs)
-    got = expect_array(
-        run_haiku(build, ctx.student, params, *inputs), "the logits", axes="(B, T, V)"
+    params = tools.perturb(tools.run_haiku(build, ctx.ref, None, *inputs), ctx.rng("params"))
+    want = tools.run_haiku(build, ctx.ref, params, *inputs)
+    got = tools.expect_array(
+        tools.run_haiku(build, ctx.student, params, *inputs), "the logits", axes="(B, T, V)"
     )
     hint = (
         "encode the source (embedding with its mask, positions, the encoder), then decode: "
@@ -366,21 +349,21 @@ def check_transformer_matches_reference(ctx):
     if got.shape == want.shape and not np.allclose(got, want, atol=1e-5, rtol=1e-4):
         source, source_mask, target, target_mask = inputs
         more = [np.pad(a, ((0, 0), (0, 1))) for a in (source, source_mask)]
-        moved = run_haiku(build, ctx.student, params, *more, target, target_mask)
-        if not np.allclose(expect_array(moved, "the logits"), got, atol=1e-5, rtol=1e-4):
+        moved = tools.run_haiku(build, ctx.student, params, *more, target, target_mask)
+        if not np.allclose(tools.expect_array(moved, "the logits"), got, atol=1e-5, rtol=1e-4):
             hint = (
                 "Your logits change when the source gets more padding: the source's padding "
                 "must stay hidden, in the encoder and in every block's cross-attention "
                 "(source_mask)."
             )
-    expect_close(got, want, "the logits of Transformer", hint=hint)
+    tools.expect_close(got, want, "the logits of Transformer", hint=hint)
 
 
 @model.check
 def check_transformer_encode_and_decode(ctx):
     """`encode` gives the reference's memory `(B, S, D)`, and `decode` the reference's
     logits over a given memory."""
-    compare_module(
+    tools.compare_module(
         ctx,
         _transformer("encode"),
         *_pair(ctx.rng()),
@@ -390,10 +373,10 @@ def check_transformer_encode_and_decode(ctx):
     )
     rng = ctx.rng("decode")
     _, source_mask, target, target_mask = _pair(rng)
-    compare_module(
+    tools.compare_module(
         ctx,
         _decode(),
-        normal(rng, B, SRC, D),
+        tools.normal(rng, B, SRC, D),
         source_mask,
         target,
         target_mask,
@@ -412,23 +395,24 @@ def check_transformer_reads_no_future_and_no_padding(ctx):
     target = np.where(target == 0, 1, target)
     target_mask = np.ones_like(target)
     build = _transformer("whole")
-    params = perturb(
-        run_haiku(build, ctx.ref, None, source, source_mask, target, target_mask), ctx.rng("params")
+    params = tools.perturb(
+        tools.run_haiku(build, ctx.ref, None, source, source_mask, target, target_mask),
+        ctx.rng("params"),
     )
-    expect_no_future(
-        lambda t: run_haiku(build, ctx.student, params, source, source_mask, t, target_mask),
+    common.expect_no_future(
+        lambda t: tools.run_haiku(build, ctx.student, params, source, source_mask, t, target_mask),
         target,
         rng,
         "Transformer",
     )
-    base = expect_array(
-        run_haiku(build, ctx.student, params, source, source_mask, target, target_mask),
+    base = tools.expect_array(
+        tools.run_haiku(build, ctx.student, params, source, source_mask, target, target_mask),
         "the logits",
     )
     more = np.pad(source, ((0, 0), (0, 1)))
     more_mask = np.pad(source_mask, ((0, 0), (0, 1)))
-    padded_more = run_haiku(build, ctx.student, params, more, more_mask, target, target_mask)
-    expect_close(
+    padded_more = tools.run_haiku(build, ctx.student, params, more, more_mask, target, target_mask)
+    tools.expect_close(
         padded_more,
         base,
         "the logits with one more padding position in the source",
@@ -438,7 +422,7 @@ def check_transformer_reads_no_future_and_no_padding(ctx):
     )
 
 
-@builder
+@tools.builder
 def _decode_with_caches():
     """The student's `decode` on the whole target, then one position at a time with caches."""
 
@@ -452,8 +436,8 @@ def _decode_with_caches():
                 mask = ones[:, :1]
                 return module.decode(piece, mask, memory, source_mask, False, caches=caches, at=at)
 
-            caches = [empty_cache(len(target), CONFIG.max_len)] * CONFIG.num_layers
-            return whole, one_by_one(read, target, positions, caches)
+            caches = [common.empty_cache(len(target), CONFIG.max_len)] * CONFIG.num_layers
+            return whole, common.one_by_one(read, target, positions, caches)
 
         return forward
 
@@ -467,10 +451,10 @@ def check_transformer_decodes_with_caches(ctx):
     rng = ctx.rng()
     _, source_mask, target, _ = _pair(rng)
     target = np.where(target == 0, 1, target)
-    expect_reading_with_caches(
+    common.expect_reading_with_caches(
         ctx,
         _decode_with_caches(),
-        (normal(rng, B, SRC, D), source_mask, target, np.arange(T, dtype=np.int32)),
+        (tools.normal(rng, B, SRC, D), source_mask, target, np.arange(T, dtype=np.int32)),
         "the logits of decode",
         "(B, T, V)",
         "your decode on the whole target",
@@ -483,12 +467,12 @@ def check_transformer_decodes_with_caches(ctx):
 @model.check
 def check_transformer_training_matches_reference(ctx):
     """Training logits (p_dropout=0.5) are the reference's."""
-    expect_trains_like(
+    tools.expect_trains_like(
         ctx,
-        draws_of(_transformer("whole", DRAW_P, True)),
+        tools.draws_of(_transformer("whole", tools.DRAW_P, True)),
         *_pair(ctx.rng()),
         init=_transformer("whole"),
-        draws=8 * DRAWS,  # many dropout sites: one is a small part of the noise
+        draws=8 * tools.DRAWS,  # many dropout sites: one is a small part of the noise
         what="Transformer",
         hint="encode and decode get is_train and hand it on (the positional encoding, the "
         "encoder, every block); the dropout is theirs: none on the embedding or the logits.",
@@ -531,14 +515,14 @@ def _shift_slip(got: np.ndarray, ids: np.ndarray, first: int) -> str:
 def check_shift_right(ctx):
     """Padded target ids `(B, T)` shifted behind a start token, and a mask behind a 1."""
     rng = ctx.rng()
-    ids, mask = char_batch(rng, 3, T)
+    ids, mask = common.char_batch(rng, 3, T)
     for array, first, what in ((ids, 1, "the ids"), (mask, 1, "the mask"), (ids, 7, "the ids")):
         want = np.concatenate([np.full((len(array), 1), first), array[:, :-1]], axis=1)
-        got = expect_array(
-            jitted(ctx.student.shift_right, 1)(array, first), f"shift_right of {what}"
+        got = tools.expect_array(
+            tools.jitted(ctx.student.shift_right, 1)(array, first), f"shift_right of {what}"
         )
         if got.shape != want.shape or not np.array_equal(got, want):
-            fail(
+            tools.fail(
                 f"shift_right({what}, first={first}) is not the start token followed by "
                 f"columns 0..T-2: {_shift_slip(got, array, first) or EXAMPLE}"
             )
@@ -547,10 +531,10 @@ def check_shift_right(ctx):
 @shift.check
 def check_shift_right_keeps_the_dtype(ctx):
     """Integer ids stay integers (they index an embedding table)."""
-    ids, _ = char_batch(ctx.rng(), 2, T)
-    got = jitted(ctx.student.shift_right, 1)(ids.astype(np.int32), 1)
+    ids, _ = common.char_batch(ctx.rng(), 2, T)
+    got = tools.jitted(ctx.student.shift_right, 1)(ids.astype(np.int32), 1)
     if not np.issubdtype(np.asarray(got).dtype, np.integer):
-        fail(
+        tools.fail(
             f"shift_right of int32 ids returned {np.asarray(got).dtype}: keep the ids' dtype "
             "(jnp.full(..., first, ids.dtype))"
         )
@@ -569,24 +553,24 @@ seq_loss = exercise(
 
 
 def _seq_batch(rng: np.random.Generator):
-    targets, mask = char_batch(rng, 3, T + 2)
+    targets, mask = common.char_batch(rng, 3, T + 2)
     mask[1, 2:] = 0  # rows of different lengths: a per-row mean then differs
-    return 2 * normal(rng, 3, T + 2, VOCAB), targets * mask, mask
+    return 2 * tools.normal(rng, 3, T + 2, VOCAB), targets * mask, mask
 
 
 @seq_loss.check(gate=True)
 def check_sequence_loss_matches_reference(ctx):
     """The mean loss over real target tokens matches the reference (under jax.jit)."""
     logits, targets, mask = _seq_batch(ctx.rng())
-    want = float(jitted(ctx.ref.sequence_loss)(logits, targets, mask))
-    got = expect_array(
-        jitted(ctx.student.sequence_loss)(logits, targets, mask), "the loss", shape=()
+    want = float(tools.jitted(ctx.ref.sequence_loss)(logits, targets, mask))
+    got = tools.expect_array(
+        tools.jitted(ctx.student.sequence_loss)(logits, targets, mask), "the loss", shape=()
     )
     if abs(float(got) - want) <= 1e-4 * max(1.0, abs(want)):
         return
     # the typical slips' values, from the reference on other inputs: no loss is computed
     # here, where a student's code could import it
-    reference = jitted(ctx.ref.sequence_loss)
+    reference = tools.jitted(ctx.ref.sequence_loss)
     rows = [
         float(reference(logits[r : r + 1], targets[r : r + 1], mask[r : r + 1])) for r in range(3)
     ]
@@ -604,8 +588,8 @@ def check_sequence_loss_matches_reference(ctx):
     }
     for slip, value in slips.items():
         if abs(float(got) - value) <= 1e-4 * max(1.0, abs(value)):
-            fail(f"the loss is {float(got):.6g}, the reference's {want:.6g}: {slip}")
-    fail(
+            tools.fail(f"the loss is {float(got):.6g}, the reference's {want:.6g}: {slip}")
+    tools.fail(
         f"the loss is {float(got):.6g}, the reference's {want:.6g}: the mean cross-entropy of "
         "the logits at t against target t, over the positions whose mask is 1"
     )
@@ -615,21 +599,23 @@ def check_sequence_loss_matches_reference(ctx):
 def check_sequence_loss_of_nothing_is_zero(ctx):
     """A batch with no real token has loss 0, not NaN; a sure, right model has loss 0."""
     logits, targets, mask = _seq_batch(ctx.rng())
-    got = expect_array(
-        jitted(ctx.student.sequence_loss)(logits, targets, np.zeros_like(mask)),
+    got = tools.expect_array(
+        tools.jitted(ctx.student.sequence_loss)(logits, targets, np.zeros_like(mask)),
         "the loss",
         shape=(),
         finite=False,
     )
     if not np.isfinite(got) or abs(float(got)) > 1e-6:
-        fail(
+        tools.fail(
             f"with no real token the loss should be 0; yours is {float(got)} (divide by the "
             "number of real tokens, at least 1)"
         )
     sure = 50.0 * np.eye(VOCAB, dtype=np.float32)[targets]
-    got = expect_array(jitted(ctx.student.sequence_loss)(sure, targets, mask), "the loss", shape=())
+    got = tools.expect_array(
+        tools.jitted(ctx.student.sequence_loss)(sure, targets, mask), "the loss", shape=()
+    )
     if abs(float(got)) > 1e-4:
-        fail(
+        tools.fail(
             f"logits that put everything on the right token at every position give the loss "
             f"{float(got):.4g}; it should be 0: score the logits at t against target t"
         )
@@ -656,7 +642,7 @@ def _table_step(tokens, at, state):
     return logits, (table, by_position, drift, calls + 1)
 
 
-@builder
+@tools.builder
 def _greedy(max_len: int):
     def build(ns):
         def forward(table, by_position, drift, start):
@@ -671,12 +657,12 @@ def _greedy(max_len: int):
 def _greedy_inputs(rng: np.random.Generator, rows: int, max_len: int):
     """A stand-in model whose rows end at different positions (one never ends)."""
     vocab = 9
-    table = 3 * normal(rng, rows, vocab, vocab)
+    table = 3 * tools.normal(rng, rows, vocab, vocab)
     table[..., END] -= 20  # the end token only where the position says so
-    by_position = normal(rng, rows, max_len, vocab)
+    by_position = tools.normal(rng, rows, max_len, vocab)
     for row in range(rows - 1):
         by_position[row, 1 + (2 * row) % (max_len - 1), END] = 60.0
-    drift = normal(rng, vocab)
+    drift = tools.normal(rng, vocab)
     start = np.full(rows, 1, np.int32)
     return table, by_position, drift, start
 
@@ -684,8 +670,10 @@ def _greedy_inputs(rng: np.random.Generator, rows: int, max_len: int):
 def _decode_greedy(ctx, max_len, table, by_position, drift, start, namespace=None):
     """The ids the student's ``greedy_decode`` (or ``namespace``'s) writes for the stand-in."""
     ns = ctx.student if namespace is None else namespace
-    got = run_haiku(_greedy(max_len), ns, {}, table, by_position, drift, start)
-    return expect_array(got, "the decoded ids", shape=(len(start), max_len), axes="(B, max_len)")
+    got = tools.run_haiku(_greedy(max_len), ns, {}, table, by_position, drift, start)
+    return tools.expect_array(
+        got, "the decoded ids", shape=(len(start), max_len), axes="(B, max_len)"
+    )
 
 
 def _greedy_slip(got: np.ndarray, want: np.ndarray) -> str:
@@ -719,9 +707,9 @@ def check_greedy_decode_matches_the_loop(ctx):
         return
     slip = _greedy_slip(got, want)
     if slip:
-        fail(f"the decoded ids differ from greedy decoding's: {slip}")
+        tools.fail(f"the decoded ids differ from greedy decoding's: {slip}")
     row = int(np.flatnonzero((got != want).any(1))[0])
-    fail(
+    tools.fail(
         f"row {row} decodes to {got[row].tolist()}, greedy decoding gives {want[row].tolist()}: "
         "at every position take the arg-max of step's logits, write it in column `at`, feed "
         "it to the next call with the state it returned, and pad after the end token"
@@ -737,12 +725,12 @@ def check_greedy_decode_ends_every_row(ctx):
     for row in got:
         ends = np.flatnonzero(row == END)
         if len(ends) and (row[ends[0] + 1 :] != 0).any():
-            fail(
+            tools.fail(
                 f"a row reads {row.tolist()}: after its end token ({END}) it should hold "
                 "padding (0) only"
             )
     if not (got == END).any(axis=1)[:-1].all():
-        fail(
+        tools.fail(
             "a row whose model says the end token has none in your output: write the end "
             "token itself, then padding"
         )

@@ -8,27 +8,10 @@ from typing import Any, NamedTuple
 import haiku as hk
 import numpy as np
 
+from m2l_nlp.grading.checks import tools
 from m2l_nlp.grading.checks.registry import exercise
-from m2l_nlp.grading.checks.tools import (
-    builder,
-    expect_array,
-    expect_close,
-    fail,
-    normal,
-    perturb,
-    run_haiku,
-)
-from m2l_nlp.grading.practicals.practical3.common import (
-    PRACTICAL,
-    VOCAB,
-    B,
-    D,
-    H,
-    S,
-    cache_slip,
-    empty_cache,
-    one_by_one,
-)
+from m2l_nlp.grading.practicals.practical3 import common
+from m2l_nlp.grading.practicals.practical3.common import PRACTICAL, VOCAB, B, D, H, S
 from m2l_nlp.grading.practicals.practical3.language_model import CONFIG as LM_CONFIG
 
 RETURNS = "attend_with_cache should return (output, LayerCache(keys, values))"
@@ -70,7 +53,7 @@ class _Cache(NamedTuple):
     values: Any
 
 
-@builder
+@tools.builder
 def _cached():
     def build(ns):
         def forward(x, keys, values, at):
@@ -84,7 +67,7 @@ def _cached():
     return build
 
 
-@builder
+@tools.builder
 def _whole():
     """The reference's attention on the whole text with the causal mask: what the cache
     must reproduce."""
@@ -103,11 +86,13 @@ def _inputs(ctx):
     """New positions' inputs `(B, NEW, D)`, a cache whose every position holds numbers
     (those after the new positions must never be read), and perturbed parameters."""
     rng = ctx.rng()
-    x = normal(rng, B, NEW, D)
+    x = tools.normal(rng, B, NEW, D)
     shape = (B, H, WINDOW, D // H)
-    keys, values = normal(rng, *shape), normal(rng, *shape)
+    keys, values = tools.normal(rng, *shape), tools.normal(rng, *shape)
     at = np.int32(AT)
-    params = perturb(run_haiku(_cached(), ctx.ref, None, x, keys, values, at), ctx.rng("params"))
+    params = tools.perturb(
+        tools.run_haiku(_cached(), ctx.ref, None, x, keys, values, at), ctx.rng("params")
+    )
     return rng, x, keys, values, at, params
 
 
@@ -117,13 +102,15 @@ def _where_written(got: np.ndarray, before: np.ndarray) -> list[int]:
 
 
 def _call(ctx, params, x, keys, values, at):
-    got = run_haiku(_cached(), ctx.student, params, x, keys, values, at)
+    got = tools.run_haiku(_cached(), ctx.student, params, x, keys, values, at)
     if not isinstance(got, tuple) or len(got) != 3:
-        fail(RETURNS)
+        tools.fail(RETURNS)
     shape = (B, H, WINDOW, D // H)
-    out = expect_array(got[0], "the output", shape=(B, x.shape[1], D), axes="(B, S, D)")
-    new_keys = expect_array(got[1], "the cache's keys", shape=shape, axes="(B, h, W, D / h)")
-    new_values = expect_array(got[2], "the cache's values", shape=shape, axes="(B, h, W, D / h)")
+    out = tools.expect_array(got[0], "the output", shape=(B, x.shape[1], D), axes="(B, S, D)")
+    new_keys = tools.expect_array(got[1], "the cache's keys", shape=shape, axes="(B, h, W, D / h)")
+    new_values = tools.expect_array(
+        got[2], "the cache's values", shape=shape, axes="(B, h, W, D / h)"
+    )
     return out, new_keys, new_values
 
 
@@ -132,7 +119,7 @@ def check_cache_matches_reference(ctx):
     """Two new positions at 3 and 4 of a window of 8: the output and the returned keys and
     values match the reference (under jax.jit, `at` traced)."""
     _, x, keys, values, at, params = _inputs(ctx)
-    want = run_haiku(_cached(), ctx.ref, params, x, keys, values, at)
+    want = tools.run_haiku(_cached(), ctx.ref, params, x, keys, values, at)
     out, new_keys, new_values = _call(ctx, params, x, keys, values, at)
     for name, got, before, right in (
         ("keys", new_keys, keys, want[1]),
@@ -151,9 +138,9 @@ def check_cache_matches_reference(ctx):
                 f"{AT}..{AT + NEW - 1}: write at `at` along axis 2 "
                 "(jax.lax.dynamic_update_slice_in_dim(cache, new, at, axis=2))."
             )
-        expect_close(got, right, f"the cache's {name}", hint=hint)
+        tools.expect_close(got, right, f"the cache's {name}", hint=hint)
     close = np.allclose(out, want[0], atol=1e-5, rtol=1e-4)
-    expect_close(
+    tools.expect_close(
         out,
         want[0],
         "the output of attend_with_cache",
@@ -170,10 +157,10 @@ def _reads_ahead(ctx, rng, params, x, keys, values, at, out) -> tuple[float, flo
     its first new position moves when the second one's input changes (both 0 if right)."""
     later = np.zeros((1, 1, WINDOW, 1), np.float32)
     later[:, :, AT + NEW :] = 1.0
-    noise = later * normal(rng, *keys.shape)
+    noise = later * tools.normal(rng, *keys.shape)
     by_cache = np.abs(_call(ctx, params, x, keys + noise, values + noise, at)[0] - out).max()
     changed = x.copy()
-    changed[:, 1] += normal(rng, B, D)
+    changed[:, 1] += tools.normal(rng, B, D)
     by_next = np.abs(_call(ctx, params, changed, keys, values, at)[0][:, 0] - out[:, 0]).max()
     return float(by_cache), float(by_next)
 
@@ -202,13 +189,13 @@ def check_cache_reads_no_later_key(ctx):
     out = _call(ctx, params, x, keys, values, at)[0]
     by_cache, by_next = _reads_ahead(ctx, rng, params, x, keys, values, at, out)
     if by_cache > 1e-5:
-        fail(
+        tools.fail(
             f"changing the cache after the new positions (from {AT + NEW} on) changed the "
             f"output by up to {by_cache:.3g}: a query may read positions 0..its own only "
             f"(those after hold anything, never text)"
         )
     if by_next > 1e-5:
-        fail(
+        tools.fail(
             f"the output at position {AT} changed (by up to {by_next:.3g}) when only the "
             f"input at {AT + 1} did: among the new positions too, a query sees itself and the "
             "past, never the next one"
@@ -221,15 +208,15 @@ def check_cache_one_position_at_a_time(ctx):
     the reference's `MultiheadAttention` gives on the whole text with the causal mask."""
     rng = ctx.rng()
     n = 5
-    x = normal(rng, B, n, D)
+    x = tools.normal(rng, B, n, D)
     empty = np.zeros((B, H, WINDOW, D // H), np.float32)
-    params = perturb(run_haiku(_whole(), ctx.ref, None, x), ctx.rng("params"))
-    want = run_haiku(_whole(), ctx.ref, params, x)
+    params = tools.perturb(tools.run_haiku(_whole(), ctx.ref, None, x), ctx.rng("params"))
+    want = tools.run_haiku(_whole(), ctx.ref, params, x)
     keys, values, outs = empty, empty, []
     for at in range(n):
         out, keys, values = _call(ctx, params, x[:, at : at + 1], keys, values, np.int32(at))
         outs.append(out)
-    expect_close(
+    tools.expect_close(
         np.concatenate(outs, axis=1),
         want,
         "the output, one new position at a time",
@@ -238,7 +225,7 @@ def check_cache_one_position_at_a_time(ctx):
         versus="MultiheadAttention on the whole text (causal mask)",
     )
     at_once = _call(ctx, params, x, empty, empty, np.int32(0))[0]
-    expect_close(
+    tools.expect_close(
         at_once,
         want,
         "the output, five new positions at once",
@@ -247,7 +234,7 @@ def check_cache_one_position_at_a_time(ctx):
     )
 
 
-@builder
+@tools.builder
 def _model_with_caches():
     """The student's `CharLanguageModel` on the whole text, then read with caches: all at
     once from position 0, and one character at a time."""
@@ -257,7 +244,7 @@ def _model_with_caches():
             model = ns.CharLanguageModel(LM_CONFIG, name="char_lm")
             ones = np.ones(ids.shape, np.int32)
             whole = model(ids, ones, False)
-            caches = [empty_cache(len(ids), LM_CONFIG.max_len)] * LM_CONFIG.num_layers
+            caches = [common.empty_cache(len(ids), LM_CONFIG.max_len)] * LM_CONFIG.num_layers
             at_once = model(ids, ones, False, caches=caches, at=positions[0])
             if not (isinstance(at_once, tuple) and len(at_once) == 2):
                 raise TypeError(LM_RETURNS)
@@ -265,7 +252,7 @@ def _model_with_caches():
             def read(piece, caches, at):
                 return model(piece, ones[:, :1], False, caches=caches, at=at)
 
-            return whole, at_once[0], one_by_one(read, ids, positions, caches)
+            return whole, at_once[0], common.one_by_one(read, ids, positions, caches)
 
         return forward
 
@@ -279,19 +266,19 @@ def check_your_language_model_writes_with_caches(ctx):
     own logits on the whole text."""
     ids = ctx.rng().integers(1, VOCAB, size=(B, S)).astype(np.int32)
     positions = np.arange(S, dtype=np.int32)
-    params = perturb(
-        run_haiku(_model_with_caches(), ctx.ref, None, ids, positions), ctx.rng("params")
+    params = tools.perturb(
+        tools.run_haiku(_model_with_caches(), ctx.ref, None, ids, positions), ctx.rng("params")
     )
     whole, at_once, by_position = (
-        expect_array(a, name, shape=(B, S, VOCAB), axes="(B, S, V)")
+        tools.expect_array(a, name, shape=(B, S, VOCAB), axes="(B, S, V)")
         for a, name in zip(
-            run_haiku(_model_with_caches(), ctx.student, params, ids, positions),
+            tools.run_haiku(_model_with_caches(), ctx.student, params, ids, positions),
             ("the logits", "the logits read with caches", "the logits one at a time"),
             strict=True,
         )
     )
     versus = "your CharLanguageModel on the whole text"
-    expect_close(
+    tools.expect_close(
         at_once, whole, "the logits read with caches from position 0", versus=versus, hint=LM_FIX
     )
     fix = (
@@ -299,10 +286,10 @@ def check_your_language_model_writes_with_caches(ctx):
         "(jax.lax.dynamic_slice_in_dim(self.positional.table, at, S)) and hand each block the "
         "cache it returned the time before."
     )
-    expect_close(
+    tools.expect_close(
         by_position,
         whole,
         "the logits one character at a time",
         versus=versus,
-        hint=cache_slip(whole, at_once, "model", fix),
+        hint=common.cache_slip(whole, at_once, "model", fix),
     )
