@@ -157,6 +157,7 @@ def train(
             progress=progress,
         )
 
+    log = log or _say_nothing
     now = None  # model_params of the last epoch, which is always evaluated if any is
     for epoch in range(first, settings.epochs):
         state, loss, accuracy = _epoch(
@@ -175,20 +176,29 @@ def train(
         if evaluated:  # NaN for an epoch without evaluation
             history["val_loss"].append(result.loss if due else math.nan)
             history["val_acc"].append(result.accuracy if due else math.nan)
-        if log is not None:
-            log(line)
+        log(line)
         if on_epoch is not None:
             on_epoch(_progress(epoch, state, history, best, result))
     if best is not None:  # settings.keep_best: the best evaluated epoch
-        if log is not None and best.epoch != settings.epochs:
-            log(f"keeping epoch {best.epoch} (best val_acc {best.result.accuracy:.4f})")
-        best_params = devices.put_replicated(best.params, mesh)
-        return TrainResult(best_params, history, best.result, best.epoch)
+        return _kept(best, history, settings.epochs, mesh, log)
     if tie is None:
         params = eval_params(state)
     else:  # the last evaluation's copy, if there was one: tying copies the whole table
         params = devices.put_replicated(model_params(state) if now is None else now, mesh)
     return TrainResult(params, history, result, settings.epochs)
+
+
+def _say_nothing(line: str) -> None:
+    """The log of a run that shows nothing (``log=None``)."""
+
+
+def _kept(
+    best: BestEpoch, history: dict[str, list[float]], epochs: int, mesh, log: Callable
+) -> TrainResult:
+    """The result of a ``keep_best`` run: its best evaluated epoch, said if not the last."""
+    if best.epoch != epochs:
+        log(f"keeping epoch {best.epoch} (best val_acc {best.result.accuracy:.4f})")
+    return TrainResult(devices.put_replicated(best.params, mesh), history, best.result, best.epoch)
 
 
 def _whole_run_optimizer(
