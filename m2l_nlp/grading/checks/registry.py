@@ -105,3 +105,19 @@ def exercise(
     """A new exercise, to be bound to a module-level name of a check module: the catalog
     (:mod:`~m2l_nlp.grading.checks.catalog`) finds it there."""
     return Exercise(name, practical, points, tuple(targets), tuple(uses), title, hidden=hidden)
+
+
+# A row of a practical's table of exercises: name, points, targets, uses, title.
+ExerciseRow = tuple[str, float, tuple[str, ...], tuple[str, ...], str]
+
+
+def exercises(practical: str, rows: tuple[ExerciseRow, ...]) -> dict[str, Exercise]:
+    """The exercises of one practical, by name, from its table (one row each, read by
+    :func:`exercise`). A check module binds the ones it checks to module-level names, where
+    the catalog finds them."""
+    table = {}
+    for name, points, targets, uses, title in rows:
+        if name in table:
+            raise ValueError(f"the table of {practical} has two rows named {name!r}")
+        table[name] = exercise(name, practical, points, targets, uses, title)
+    return table

@@ -11,9 +11,7 @@ import math
 import numpy as np
 
 from m2l_nlp.grading.checks import tools
-from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.practicals.practical1 import common
-from m2l_nlp.grading.practicals.practical1.common import PRACTICAL
 
 # Two reviews worked out by hand (V = 6). Row 0: token 3 twice, padding id 0 at the end.
 # Row 1: token 5 twice; the padding holds junk ids 2 (also a real token of the row) and 1
@@ -40,13 +38,7 @@ HAND_BAG = np.concatenate(
 # --------------------------------------------------------------------------------------------
 # 1. multi_hot
 
-mh = exercise(
-    "multi_hot",
-    PRACTICAL,
-    points=10,
-    targets=("multi_hot",),
-    title="bag-of-words vectors: 1 where a token occurs, padding ignored",
-)
+mh = common.EXERCISES["multi_hot"]
 
 
 @mh.check
@@ -118,14 +110,7 @@ def check_mh_matches_reference(ctx):
 # --------------------------------------------------------------------------------------------
 # 2. bag_of_bigrams
 
-bob = exercise(
-    "bag_of_bigrams",
-    PRACTICAL,
-    points=15,
-    targets=("bigram_ids", "bag_of_bigrams"),
-    uses=("multi_hot",),
-    title="hashed bigrams of neighbouring real tokens, next to the unigrams",
-)
+bob = common.EXERCISES["bag_of_bigrams"]
 
 
 @bob.check
@@ -210,13 +195,7 @@ def check_bigrams_match_reference(ctx):
 # --------------------------------------------------------------------------------------------
 # 3. tfidf
 
-tf = exercise(
-    "tfidf",
-    PRACTICAL,
-    points=10,
-    targets=("fit_idf", "tfidf"),
-    title="inverse document frequencies, and rows weighted and scaled to unit length",
-)
+tf = common.EXERCISES["tfidf"]
 # 4 reviews, 4 features. Feature 0 is everywhere (df 4), feature 1 in one review (df 1, with
 # a count of 2 that must still count as one review), feature 2 in two reviews (df 2),
 # feature 3 nowhere (df 0). The last review is empty.

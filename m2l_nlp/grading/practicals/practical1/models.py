@@ -9,9 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from m2l_nlp.grading.checks import tools
-from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.practicals.practical1 import common
-from m2l_nlp.grading.practicals.practical1.common import PRACTICAL
 
 
 def _expect_one_logit_per_review(out, batch: int, what: str) -> None:
@@ -28,13 +26,7 @@ def _expect_one_logit_per_review(out, batch: int, what: str) -> None:
 # --------------------------------------------------------------------------------------------
 # 4. mlp_classifier
 
-mlp = exercise(
-    "mlp_classifier",
-    PRACTICAL,
-    points=15,
-    targets=("MLPClassifier",),
-    title="hidden layers with ReLU and dropout, then one logit per review",
-)
+mlp = common.EXERCISES["mlp_classifier"]
 F_IN = 10
 
 
@@ -83,13 +75,7 @@ def check_mlp_dropout(ctx):
 # --------------------------------------------------------------------------------------------
 # 5. lstm_classifier
 
-lstm = exercise(
-    "lstm_classifier",
-    PRACTICAL,
-    points=20,
-    targets=("LSTMClassifier",),
-    title="embedding and LSTM over the real tokens, final hidden state to one logit",
-)
+lstm = common.EXERCISES["lstm_classifier"]
 L_VOCAB, L_E, L_H = 17, 6, 5
 
 

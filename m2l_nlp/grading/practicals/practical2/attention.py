@@ -6,20 +6,14 @@ from __future__ import annotations
 import numpy as np
 
 from m2l_nlp.grading.checks import tools
-from m2l_nlp.grading.checks.registry import CheckFailure, exercise
+from m2l_nlp.grading.checks.registry import CheckFailure
 from m2l_nlp.grading.practicals.practical2 import common
-from m2l_nlp.grading.practicals.practical2.common import PRACTICAL, VOCAB, B, D, E, H, S
+from m2l_nlp.grading.practicals.practical2.common import VOCAB, B, D, E, H, S
 
 # --------------------------------------------------------------------------------------------
 # 1. scaled_dot_product
 
-sdp = exercise(
-    "scaled_dot_product",
-    PRACTICAL,
-    points=15,
-    targets=("scaled_dot_product",),
-    title="softmax(Q K^T / sqrt(d_k)) V with an optional mask",
-)
+sdp = common.EXERCISES["scaled_dot_product"]
 
 
 @sdp.check
@@ -167,13 +161,7 @@ def check_large_scores_stay_finite(ctx):
 # --------------------------------------------------------------------------------------------
 # 2. masked_embedding
 
-emb = exercise(
-    "masked_embedding",
-    PRACTICAL,
-    points=5,
-    targets=("MaskedEmbedding",),
-    title="token embedding with zero vectors at padding",
-)
+emb = common.EXERCISES["masked_embedding"]
 
 
 @tools.builder
@@ -234,14 +222,7 @@ def check_padding_is_zero(ctx):
 # --------------------------------------------------------------------------------------------
 # 3. multihead_attention
 
-mha = exercise(
-    "multihead_attention",
-    PRACTICAL,
-    points=20,
-    targets=("MultiheadAttention",),
-    uses=("scaled_dot_product",),
-    title="h heads of scaled dot-product attention with learned projections",
-)
+mha = common.EXERCISES["multihead_attention"]
 
 
 @tools.builder

@@ -6,22 +6,14 @@ from __future__ import annotations
 import numpy as np
 
 from m2l_nlp.grading.checks import tools
-from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.practicals import stacks
 from m2l_nlp.grading.practicals.practical2 import common
-from m2l_nlp.grading.practicals.practical2.common import FF, PRACTICAL, B, D, H, S
-from m2l_nlp.grading.practicals.stacks import NO_DROPOUT_OF_ITS_OWN
+from m2l_nlp.grading.practicals.practical2.common import FF, B, D, H, S
 
 # --------------------------------------------------------------------------------------------
 # 4. positionwise_feed_forward
 
-ffn = exercise(
-    "positionwise_feed_forward",
-    PRACTICAL,
-    points=10,
-    targets=("PositionwiseFeedForward",),
-    title="Linear(d_ff), ReLU, dropout while training, Linear(d_model)",
-)
+ffn = common.EXERCISES["positionwise_feed_forward"]
 
 
 @tools.builder
@@ -93,14 +85,7 @@ def check_ffn_training_matches_reference(ctx):
 # --------------------------------------------------------------------------------------------
 # 5. encoder_block
 
-block = exercise(
-    "encoder_block",
-    PRACTICAL,
-    points=15,
-    targets=("EncoderBlock",),
-    uses=("MultiheadAttention", "PositionwiseFeedForward"),
-    title="x = LayerNorm(x + Dropout(SubLayer(x))) for attention, then feed-forward",
-)
+block = common.EXERCISES["encoder_block"]
 
 
 @tools.builder
@@ -208,14 +193,7 @@ def check_block_training_matches_reference(ctx):
 # --------------------------------------------------------------------------------------------
 # 6. transformer_encoder
 
-encoder = exercise(
-    "transformer_encoder",
-    PRACTICAL,
-    points=10,
-    targets=("TransformerEncoder",),
-    uses=("EncoderBlock",),
-    title="a stack of encoder blocks, and its attention maps",
-)
+encoder = common.EXERCISES["transformer_encoder"]
 LAYERS = 3
 
 
@@ -261,4 +239,4 @@ def check_encoder_dropout(ctx):
 @encoder.check
 def check_encoder_training_matches_reference(ctx):
     """Training output (p_dropout=0.5) of 3 blocks is the reference's."""
-    ENCODER.expect_trains_like(ctx, hint=NO_DROPOUT_OF_ITS_OWN)
+    ENCODER.expect_trains_like(ctx, hint=stacks.NO_DROPOUT_OF_ITS_OWN)

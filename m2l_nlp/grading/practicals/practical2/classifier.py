@@ -7,21 +7,13 @@ import numpy as np
 
 from m2l_nlp.config import ClassifierConfig
 from m2l_nlp.grading.checks import tools
-from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.practicals.practical2 import common
-from m2l_nlp.grading.practicals.practical2.common import FF, PRACTICAL, VOCAB, B, D, H, S
+from m2l_nlp.grading.practicals.practical2.common import FF, VOCAB, B, D, H, S
 
 # --------------------------------------------------------------------------------------------
 # 8. classifier
 
-clf = exercise(
-    "classifier",
-    PRACTICAL,
-    points=10,
-    targets=("masked_pool", "TransformerClassifier"),
-    uses=("MaskedEmbedding", "PositionalEncoding", "TransformerEncoder"),
-    title="masked pooling and the full classifier (one logit per review)",
-)
+clf = common.EXERCISES["classifier"]
 POOLINGS = ("mean", "max", "mean_max")
 
 

@@ -8,8 +8,33 @@ import numpy as np
 
 from m2l_nlp.data.masks import padding_mask
 from m2l_nlp.grading.checks import tools
+from m2l_nlp.grading.checks.registry import exercises
 
 PRACTICAL = "practical2_transformers"
+
+# fmt: off
+# The practical's exercises, one row each: name, points, targets (what the student writes),
+# uses (earlier targets they call, replaced by the reference's while graded), title.
+EXERCISES = exercises(PRACTICAL, (
+    ("scaled_dot_product", 15, ("scaled_dot_product",), (),
+     "softmax(Q K^T / sqrt(d_k)) V with an optional mask"),
+    ("masked_embedding", 5, ("MaskedEmbedding",), (),
+     "token embedding with zero vectors at padding"),
+    ("multihead_attention", 20, ("MultiheadAttention",), ("scaled_dot_product",),
+     "h heads of scaled dot-product attention with learned projections"),
+    ("positionwise_feed_forward", 10, ("PositionwiseFeedForward",), (),
+     "Linear(d_ff), ReLU, dropout while training, Linear(d_model)"),
+    ("encoder_block", 15, ("EncoderBlock",), ("MultiheadAttention", "PositionwiseFeedForward"),
+     "x = LayerNorm(x + Dropout(SubLayer(x))) for attention, then feed-forward"),
+    ("transformer_encoder", 10, ("TransformerEncoder",), ("EncoderBlock",),
+     "a stack of encoder blocks, and its attention maps"),
+    ("positional_encoding", 15, ("sinusoidal_encoding", "PositionalEncoding"), (),
+     "the sinusoidal position table, added to the token vectors"),
+    ("classifier", 10, ("masked_pool", "TransformerClassifier"),
+     ("MaskedEmbedding", "PositionalEncoding", "TransformerEncoder"),
+     "masked pooling and the full classifier (one logit per review)"),
+))
+# fmt: on
 
 B, S, D, H, FF = 2, 5, 12, 3, 20  # d_head = 4 != H, so a head split in the wrong order shows
 

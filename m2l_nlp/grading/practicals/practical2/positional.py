@@ -6,19 +6,13 @@ from __future__ import annotations
 import numpy as np
 
 from m2l_nlp.grading.checks import tools
-from m2l_nlp.grading.checks.registry import exercise
-from m2l_nlp.grading.practicals.practical2.common import PRACTICAL, B, D, S
+from m2l_nlp.grading.practicals.practical2 import common
+from m2l_nlp.grading.practicals.practical2.common import B, D, S
 
 # --------------------------------------------------------------------------------------------
 # 7. positional_encoding
 
-pe = exercise(
-    "positional_encoding",
-    PRACTICAL,
-    points=15,
-    targets=("sinusoidal_encoding", "PositionalEncoding"),
-    title="the sinusoidal position table, added to the token vectors",
-)
+pe = common.EXERCISES["positional_encoding"]
 
 
 # The usual slips, each as the reference's table of other sizes (no closed form lives in the

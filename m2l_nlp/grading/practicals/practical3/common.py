@@ -11,8 +11,46 @@ import jax.numpy as jnp
 import numpy as np
 
 from m2l_nlp.grading.checks import tools
+from m2l_nlp.grading.checks.registry import exercises
 
 PRACTICAL = "practical3_translation"
+
+# fmt: off
+# The practical's exercises, one row each: name, points, targets (what the student writes),
+# uses (earlier targets they call, replaced by the reference's while graded), title.
+EXERCISES = exercises(PRACTICAL, (
+    ("causal_mask", 5, ("causal_mask",), (),
+     "1 where query i may see key j (j <= i), 0 for the future"),
+    ("decoder_block", 15, ("DecoderBlock",),
+     ("causal_mask", "MultiheadAttention", "PositionwiseFeedForward"),
+     "masked self-attention (causal and padding), then feed-forward, post-LayerNorm"),
+    ("transformer_decoder", 10, ("TransformerDecoder",), ("DecoderBlock",),
+     "decoder blocks one after the other; the attention maps of each"),
+    ("language_model", 15, ("CharLanguageModel",),
+     ("TransformerDecoder", "MaskedEmbedding", "PositionalEncoding"),
+     "embed, add positions, decode, a logit per character of the vocabulary"),
+    ("next_token_loss", 10, ("next_token_loss",), (),
+     "cross-entropy of each position's logits against the next character, real ones only"),
+    ("sample_next", 10, ("sample_next",), (),
+     "one id per row from softmax(logits / temperature), among the top k"),
+    ("attention_cache", 10, ("attend_with_cache",), ("scaled_dot_product",),
+     "self-attention of new positions only, their keys and values written into a cache; "
+     "your language model read with caches"),
+    ("translation_block", 15, ("TranslationBlock",),
+     ("causal_mask", "MultiheadAttention", "PositionwiseFeedForward", "attend_with_cache"),
+     "masked self-attention, cross-attention over the encoder's output, feed-forward"),
+    ("transformer", 15, ("Transformer",),
+     ("TranslationBlock", "TransformerEncoder", "attend_with_cache", "MaskedEmbedding",
+      "PositionalEncoding"),
+     "encode the source, decode the target over it, a logit per token of the vocabulary"),
+    ("shift_right", 5, ("shift_right",), (),
+     "the decoder's input: the start token, then the target without its last column"),
+    ("sequence_loss", 10, ("sequence_loss",), (),
+     "mean cross-entropy of every position's logits against its target, real ones only"),
+    ("greedy_decode", 10, ("greedy_decode",), (),
+     "the arg-max token at every position, fed back, until each sentence's end token"),
+))
+# fmt: on
 
 B, S, D, H, FF = 2, 6, 12, 3, 20  # d_head = 4 != H, as in practical 2
 VOCAB = 11  # a small character vocabulary (id 0 is padding)

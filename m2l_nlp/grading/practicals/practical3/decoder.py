@@ -6,20 +6,14 @@ from __future__ import annotations
 import numpy as np
 
 from m2l_nlp.grading.checks import tools
-from m2l_nlp.grading.checks.registry import CheckFailure, exercise
+from m2l_nlp.grading.checks.registry import CheckFailure
 from m2l_nlp.grading.practicals.practical3 import common
-from m2l_nlp.grading.practicals.practical3.common import FF, PRACTICAL, B, D, H, S
+from m2l_nlp.grading.practicals.practical3.common import FF, B, D, H, S
 
 # --------------------------------------------------------------------------------------------
 # 1. causal_mask
 
-causal = exercise(
-    "causal_mask",
-    PRACTICAL,
-    points=5,
-    targets=("causal_mask",),
-    title="1 where query i may see key j (j <= i), 0 for the future",
-)
+causal = common.EXERCISES["causal_mask"]
 
 
 def _additive(mask: np.ndarray) -> str:
@@ -125,14 +119,7 @@ def check_causal_mask_values(ctx):
 # --------------------------------------------------------------------------------------------
 # 2. decoder_block
 
-block = exercise(
-    "decoder_block",
-    PRACTICAL,
-    points=15,
-    targets=("DecoderBlock",),
-    uses=("causal_mask", "MultiheadAttention", "PositionwiseFeedForward"),
-    title="masked self-attention (causal and padding), then feed-forward, post-LayerNorm",
-)
+block = common.EXERCISES["decoder_block"]
 
 
 @tools.builder
@@ -289,14 +276,7 @@ def check_block_training_matches_reference(ctx):
 # --------------------------------------------------------------------------------------------
 # 3. transformer_decoder
 
-stack = exercise(
-    "transformer_decoder",
-    PRACTICAL,
-    points=10,
-    targets=("TransformerDecoder",),
-    uses=("DecoderBlock",),
-    title="decoder blocks one after the other; the attention maps of each",
-)
+stack = common.EXERCISES["transformer_decoder"]
 
 
 @tools.builder

@@ -9,9 +9,8 @@ import numpy as np
 
 from m2l_nlp.config import TransformerConfig
 from m2l_nlp.grading.checks import tools
-from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.practicals.practical3 import common
-from m2l_nlp.grading.practicals.practical3.common import FF, PRACTICAL, VOCAB, D, H, S
+from m2l_nlp.grading.practicals.practical3.common import FF, VOCAB, D, H, S
 
 CONFIG = TransformerConfig(
     vocab_size=VOCAB, num_layers=2, num_heads=H, d_model=D, d_ff=FF, p_dropout=0.1, max_len=16
@@ -20,14 +19,7 @@ CONFIG = TransformerConfig(
 # --------------------------------------------------------------------------------------------
 # 4. language_model
 
-lm = exercise(
-    "language_model",
-    PRACTICAL,
-    points=15,
-    targets=("CharLanguageModel",),
-    uses=("TransformerDecoder", "MaskedEmbedding", "PositionalEncoding"),
-    title="embed, add positions, decode, a logit per character of the vocabulary",
-)
+lm = common.EXERCISES["language_model"]
 
 
 @tools.builder
@@ -128,13 +120,7 @@ def check_language_model_training_matches_reference(ctx):
 # --------------------------------------------------------------------------------------------
 # 5. next_token_loss
 
-loss = exercise(
-    "next_token_loss",
-    PRACTICAL,
-    points=10,
-    targets=("next_token_loss",),
-    title="cross-entropy of each position's logits against the next character, real ones only",
-)
+loss = common.EXERCISES["next_token_loss"]
 
 
 def _variants(reference, logits: np.ndarray, ids: np.ndarray, mask: np.ndarray) -> dict[str, float]:
@@ -239,13 +225,7 @@ def check_loss_of_a_sure_model_is_zero(ctx):
 # --------------------------------------------------------------------------------------------
 # 6. sample_next
 
-sample = exercise(
-    "sample_next",
-    PRACTICAL,
-    points=10,
-    targets=("sample_next",),
-    title="one id per row from softmax(logits / temperature), among the top k",
-)
+sample = common.EXERCISES["sample_next"]
 
 ROWS = 6000  # draws per check: frequencies within about 0.02 of the probabilities
 

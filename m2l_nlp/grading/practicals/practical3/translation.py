@@ -10,9 +10,9 @@ import numpy as np
 
 from m2l_nlp.config import TransformerConfig
 from m2l_nlp.grading.checks import tools
-from m2l_nlp.grading.checks.registry import CheckFailure, exercise
+from m2l_nlp.grading.checks.registry import CheckFailure
 from m2l_nlp.grading.practicals.practical3 import common
-from m2l_nlp.grading.practicals.practical3.common import FF, PRACTICAL, VOCAB, B, D, H
+from m2l_nlp.grading.practicals.practical3.common import FF, VOCAB, B, D, H
 
 T, SRC = 5, 7  # target and source lengths differ, so (B, h, T, S) is not (B, h, T, T)
 END = 2  # the end token's id in the decoding checks
@@ -26,14 +26,7 @@ BLOCK_RETURNS = (
 # --------------------------------------------------------------------------------------------
 # 10. translation_block
 
-block = exercise(
-    "translation_block",
-    PRACTICAL,
-    points=15,
-    targets=("TranslationBlock",),
-    uses=("causal_mask", "MultiheadAttention", "PositionwiseFeedForward", "attend_with_cache"),
-    title="masked self-attention, cross-attention over the encoder's output, feed-forward",
-)
+block = common.EXERCISES["translation_block"]
 
 
 @tools.builder
@@ -279,20 +272,7 @@ def check_translation_block_training_matches_reference(ctx):
 # --------------------------------------------------------------------------------------------
 # 11. transformer
 
-model = exercise(
-    "transformer",
-    PRACTICAL,
-    points=15,
-    targets=("Transformer",),
-    uses=(
-        "TranslationBlock",
-        "TransformerEncoder",
-        "attend_with_cache",
-        "MaskedEmbedding",
-        "PositionalEncoding",
-    ),
-    title="encode the source, decode the target over it, a logit per token of the vocabulary",
-)
+model = common.EXERCISES["transformer"]
 
 
 @tools.builder
@@ -482,13 +462,7 @@ def check_transformer_training_matches_reference(ctx):
 # --------------------------------------------------------------------------------------------
 # 12. shift_right
 
-shift = exercise(
-    "shift_right",
-    PRACTICAL,
-    points=5,
-    targets=("shift_right",),
-    title="the decoder's input: the start token, then the target without its last column",
-)
+shift = common.EXERCISES["shift_right"]
 
 
 EXAMPLE = "see the example in the exercise's text (the target, then the input)"
@@ -543,13 +517,7 @@ def check_shift_right_keeps_the_dtype(ctx):
 # --------------------------------------------------------------------------------------------
 # 13. sequence_loss
 
-seq_loss = exercise(
-    "sequence_loss",
-    PRACTICAL,
-    points=10,
-    targets=("sequence_loss",),
-    title="mean cross-entropy of every position's logits against its target, real ones only",
-)
+seq_loss = common.EXERCISES["sequence_loss"]
 
 
 def _seq_batch(rng: np.random.Generator):
@@ -624,13 +592,7 @@ def check_sequence_loss_of_nothing_is_zero(ctx):
 # --------------------------------------------------------------------------------------------
 # 14. greedy_decode
 
-greedy = exercise(
-    "greedy_decode",
-    PRACTICAL,
-    points=10,
-    targets=("greedy_decode",),
-    title="the arg-max token at every position, fed back, until each sentence's end token",
-)
+greedy = common.EXERCISES["greedy_decode"]
 
 
 def _table_step(tokens, at, state):

@@ -9,9 +9,8 @@ import haiku as hk
 import numpy as np
 
 from m2l_nlp.grading.checks import tools
-from m2l_nlp.grading.checks.registry import exercise
 from m2l_nlp.grading.practicals.practical3 import common
-from m2l_nlp.grading.practicals.practical3.common import PRACTICAL, VOCAB, B, D, H, S
+from m2l_nlp.grading.practicals.practical3.common import VOCAB, B, D, H, S
 from m2l_nlp.grading.practicals.practical3.language_model import CONFIG as LM_CONFIG
 
 RETURNS = "attend_with_cache should return (output, LayerCache(keys, values))"
@@ -25,15 +24,7 @@ LM_FIX = (
 WINDOW = 8
 AT, NEW = 3, 2  # the new positions are 3 and 4 of the window
 
-cache = exercise(
-    "attention_cache",
-    PRACTICAL,
-    points=10,
-    targets=("attend_with_cache",),
-    uses=("scaled_dot_product",),
-    title="self-attention of new positions only, their keys and values written into a cache; "
-    "your language model read with caches",
-)
+cache = common.EXERCISES["attention_cache"]
 
 
 class _Layers(hk.Module):
