@@ -7,6 +7,7 @@ import json
 import pytest
 
 from m2l_nlp import cli
+from m2l_nlp.runs import experiment
 from m2l_nlp.runs import folders as runs
 
 TINY = [
@@ -164,3 +165,26 @@ def test_the_small_data_recipe_beats_the_bigram_model(tmp_path, capsys):
     assert f"test bits per character: {bits:.3f}" in out
     assert f"bigram {baselines['bigram']:.3f}, unigram {baselines['unigram']:.3f}" in out
     assert "note: this run" not in out
+
+
+def test_a_loss_that_is_nan_from_the_start_is_named_with_its_exercise(tmp_path, monkeypatch):
+    """The student's next_token_loss trains their model: a run that diverges in its first
+    epoch says to check it, beside the learning rate."""
+    from m2l_nlp.config import PRESETS
+    from m2l_nlp.train.loop import DivergedError
+
+    def diverge(*args, **kwargs):
+        raise DivergedError(1, float("nan"), 0.01)
+
+    monkeypatch.setattr(experiment, "_train_and_evaluate", diverge)
+    preset = PRESETS["char-lm"].for_small_data()
+    for impl, named in (("exercises", True), ("solutions", False)):
+        request = experiment.TrainRequest(
+            name="char-lm", preset=preset, data="small", out=tmp_path / impl, impl=impl,
+            cache_dir=tmp_path / "cache", progress=False,
+        )  # fmt: skip
+        with pytest.raises(experiment.TrainStopped) as stopped:
+            experiment.run_training(request, say=lambda line: None)
+        said = str(stopped.value)
+        assert "try a lower learning rate" in said
+        assert ("`pytest -m next_token_loss` says where" in said) is named

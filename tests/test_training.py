@@ -531,3 +531,7 @@ def test_a_per_token_objective_counts_the_targets_that_exist():
     idle = metrics.next_token_objective(lambda logits, ids, mask: 0.0 * logits.sum())
     still = training.train(funcs, params, split, settings, objective=idle, progress=False, log=None)
     assert still.history["loss"] == [0.0]
+    # and the figures are the course's: a loss function is not the judge of its own run
+    assert evaluation.evaluate(params, funcs, split, objective=idle).loss == pytest.approx(
+        want, rel=1e-5
+    )

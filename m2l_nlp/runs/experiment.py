@@ -117,6 +117,11 @@ def run_training(request: TrainRequest, say: Callable[[str], None] = print) -> R
         except DivergedError as error:  # nothing is written over the run already there
             saved = folder.read_progress()
             kept = f"; nothing was written to {request.out}"
+            if kind.loss_exercise and request.impl == "exercises" and error.epoch == 1:
+                kept += (
+                    f"; your {kind.loss_exercise} is the loss this run lowers: if it gives NaN "
+                    f"or infinity, `pytest -m {kind.loss_exercise}` says where"
+                )
             if saved is not None:
                 kept += (
                     f"; epoch {saved['epoch']} of {saved['epochs']} is kept (--resume continues "

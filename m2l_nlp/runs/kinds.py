@@ -62,6 +62,7 @@ class Kind:
     name: str = ""  # in checkpoint manifests: a key of KIND_MODULES
     checkpoint: CheckpointKind  # what its checkpoint holds, and the command that reads it
     curves_title: str = "Training curves"
+    loss_exercise: str | None = None  # the practical's loss function that trains it, if any
 
     def check(self, request: TrainRequest) -> None:
         """Raise ``ValueError`` for a request this kind cannot run, before data are read."""

@@ -45,6 +45,7 @@ class LanguageModel(Kind):
         "runs/char-lm/checkpoint",
     )
     curves_title = "Training curves (bits per character)"
+    loss_exercise = "next_token_loss"
 
     def check(self, request) -> None:
         from m2l_nlp.data.imdb_archive import check_source

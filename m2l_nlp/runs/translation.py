@@ -240,6 +240,7 @@ class Translation(Kind):
         "runs/translate/checkpoint",
     )
     curves_title = "Training curves (bits per token)"
+    loss_exercise = "sequence_loss"
 
     def check(self, request) -> None:
         if request.val_size is not None:  # its validation side is a share of the pairs

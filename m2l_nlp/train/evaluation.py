@@ -206,12 +206,12 @@ def evaluate(
         data = batching.put_data(*data, mesh=mesh, binary=objective.binary)
     if int(data.labels.shape[0]) == 0:
         raise ValueError("cannot evaluate on an empty split")
-    if objective.per_token:
+    if objective.per_token:  # read with the course's loss, whatever trained the model
         return _token_scores(
             params,
             model,
             data,
-            objective,
+            objective.as_scored(),
             batch_size=batch_size,
             mesh=mesh,
             progress=progress,

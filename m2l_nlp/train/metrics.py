@@ -47,6 +47,14 @@ def token_accuracy(logits: jax.Array, labels: jax.Array) -> jax.Array:
     return (jnp.argmax(logits, axis=-1) == labels).astype(jnp.float32)
 
 
+def token_cross_entropy(logits: jax.Array, labels: jax.Array, weights: jax.Array) -> jax.Array:
+    """Mean cross-entropy (nats) of ``logits (B, S, V)`` against ``labels (B, S)`` over the
+    positions weighted 1 by ``weights (B, S)`` (0 when none is)."""
+    nats = optax.softmax_cross_entropy_with_integer_labels(logits, labels)
+    weights = weights.astype(nats.dtype)
+    return (nats * weights).sum() / jnp.maximum(weights.sum(), 1.0)
+
+
 class NextTokens(NamedTuple):
     """A practical's ``next_token_loss(logits, input_ids, mask)`` (each position scored
     against the id after it) as a loss of labels: each position's label is its next token,
@@ -95,6 +103,12 @@ class Objective(NamedTuple):
             return (self.loss(logits, labels) * weights).sum(), hits
         # the practical's mean over the weights, back to a sum: the loop divides once
         return self.loss(logits, labels, weights) * weights.sum() * self.scale, hits
+
+    def as_scored(self) -> Objective:
+        """The objective a run's figures are read with: a per-token task's loss is the
+        course's cross-entropy (:func:`token_cross_entropy`), not the practical's, so that a
+        loss function that trains is never also the judge of the result."""
+        return self._replace(loss=token_cross_entropy) if self.per_token else self
 
 
 BINARY = Objective(binary_row_loss, binary_row_accuracy, binary=True)
