@@ -541,6 +541,14 @@ class WithDropout:
     inputs: Callable[[np.random.Generator], tuple]
     what: str
 
+    def expect_evaluation_matches(self, ctx: Any, hint: str = "") -> None:
+        """:func:`compare_module` of its output in evaluation mode (at p_dropout 0.1), on inputs
+        drawn for the check: the gate of a module whose output is all there is to compare."""
+        args = self.inputs(ctx.rng())
+        compare_module(
+            ctx, self.make(0.1, False), *args, names=(f"the output of {self.what}",), hint=hint
+        )
+
     def expect_only_in_training(self, ctx: Any) -> None:
         """:func:`expect_dropout_only_in_training`, on inputs drawn for the check."""
         expect_dropout_only_in_training(ctx, self.make, *self.inputs(ctx.rng()), what=self.what)

@@ -8,15 +8,10 @@ from typing import Any
 
 from m2l_nlp.grading.checks import tools
 
+# the hint of a stack's evaluation check (tools.WithDropout.expect_evaluation_matches)
 IN_ORDER = "Apply every block in order, each to the previous block's output, with the mask."
 # the hint of a stack's training-mode check (tools.WithDropout.expect_trains_like)
 NO_DROPOUT_OF_ITS_OWN = "Every block gets is_train; the stack adds no dropout of its own."
-
-
-def expect_stack_matches(ctx: Any, build: tools.BuildSpec, *args: Any, what: str) -> None:
-    """The stack's evaluation output (``build``, a check's context ``ctx``) is the reference's
-    with the same perturbed parameters."""
-    tools.compare_module(ctx, build, *args, names=(f"the output of {what}",), hint=IN_ORDER)
 
 
 def expect_attention_maps(

@@ -106,13 +106,8 @@ BLOCK = tools.WithDropout(_block, common.vectors_and_mask, "EncoderBlock")
 @block.check(gate=True)
 def check_block_matches_reference(ctx):
     """Evaluation output matches the reference, with a padding mask (under jax.jit)."""
-    x, pad = common.vectors_and_mask(ctx.rng())
-    tools.compare_module(
+    BLOCK.expect_evaluation_matches(
         ctx,
-        _block(0.1, False),
-        x,
-        pad,
-        names=("the output of EncoderBlock",),
         hint="Residual around each sub-layer, then LayerNorm: norm_1 after attention, "
         "norm_2 after the feed-forward; pass the mask to the attention.",
     )
@@ -217,8 +212,7 @@ ENCODER = tools.WithDropout(_encoder, common.vectors_and_mask, "TransformerEncod
 @encoder.check(gate=True)
 def check_encoder_matches_reference(ctx):
     """Evaluation output of 3 blocks matches the reference, with a mask (under jax.jit)."""
-    x, pad = common.vectors_and_mask(ctx.rng())
-    stacks.expect_stack_matches(ctx, _encoder(0.1, False), x, pad, what="TransformerEncoder")
+    ENCODER.expect_evaluation_matches(ctx, hint=stacks.IN_ORDER)
 
 
 @encoder.check

@@ -96,6 +96,36 @@ def expect_no_future(
         )
 
 
+def _agrees(got: float, want: float) -> bool:
+    return abs(got - want) <= 1e-4 * max(1.0, abs(want))
+
+
+def expect_loss_of_reference(
+    ctx: Any,
+    loss: str,
+    batch: tuple,
+    slips: Callable[[Callable, float], dict[str, float]],
+    otherwise: str,
+) -> None:
+    """The student's loss function ``loss`` gives the reference's value on ``batch`` (both
+    under jax.jit). Where it does not, the message names the slip whose value it gives:
+    ``slips(reference, want)`` maps the words of each typical slip to its value, the
+    reference's loss of inputs altered alike (no loss is computed here, where a student's
+    code could import it); none matching, ``otherwise`` says what the loss should be."""
+    reference = tools.jitted(getattr(ctx.ref, loss))
+    want = float(reference(*batch))
+    # asked of the reference before the student's answer is known: a handout's recorded
+    # answers then hold them, and a wrong loss is named there as at the autograder
+    values = slips(reference, want)
+    got = tools.expect_array(tools.jitted(getattr(ctx.student, loss))(*batch), "the loss", shape=())
+    if _agrees(float(got), want):
+        return
+    for slip, value in values.items():
+        if _agrees(float(got), value):
+            tools.fail(f"the loss is {float(got):.6g}, the reference's {want:.6g}: {slip.strip()}")
+    tools.fail(f"the loss is {float(got):.6g}, the reference's {want:.6g}: {otherwise}")
+
+
 def layer_norm(x: np.ndarray, norm: dict) -> np.ndarray:
     """hk.LayerNorm over the last axis (its epsilon, 1e-5) with the parameters ``norm``: what
     a block's sub-layer reads where the student normalises before it (pre-LayerNorm)."""

@@ -7,6 +7,7 @@ import numpy as np
 
 from m2l_nlp.grading.checks import tools
 from m2l_nlp.grading.checks.registry import CheckFailure
+from m2l_nlp.grading.practicals import stacks
 from m2l_nlp.grading.practicals.practical3 import common
 from m2l_nlp.grading.practicals.practical3.common import FF, B, D, H, S
 
@@ -130,6 +131,14 @@ def _block(p: float, is_train: bool):
     return build
 
 
+def _vectors_mask(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """A block's inputs: token vectors `(B, S, D)` and a padding mask `(B, S)`."""
+    return tools.normal(rng, B, S, D), common.padded(rng)
+
+
+BLOCK = tools.WithDropout(_block, _vectors_mask, "DecoderBlock")
+
+
 def _weights_slip(weights: np.ndarray, mask: np.ndarray) -> str:
     """What a block's attention weights `(B, h, S, S)` show: keys in the future or padding."""
     n = weights.shape[-1]
@@ -238,36 +247,14 @@ def check_block_reads_no_future(ctx):
 @block.check
 def check_block_dropout(ctx):
     """Dropout on in training, off in evaluation (no random key needed), p=0 is a no-op."""
-    rng = ctx.rng()
-    x, mask = tools.normal(rng, B, S, D), common.padded(rng)
-    tools.expect_dropout_only_in_training(ctx, _block, x, mask, what="DecoderBlock")
-
-
-@tools.builder
-def _block_draws(copies: int):
-    def build(ns):
-        return tools.over_draws(
-            copies=copies,
-            forward=lambda x, mask: ns.DecoderBlock(D, H, FF, tools.DRAW_P, name="block")(
-                x, mask, True
-            ),
-        )
-
-    return build
+    BLOCK.expect_only_in_training(ctx)
 
 
 @block.check
 def check_block_training_matches_reference(ctx):
     """Training output (p_dropout=0.5) is the reference's: dropout on each sub-layer's output."""
-    rng = ctx.rng()
-    x, mask = tools.normal(rng, B, S, D), common.padded(rng)
-    tools.expect_trains_like(
+    BLOCK.expect_trains_like(
         ctx,
-        _block_draws,
-        x,
-        mask,
-        init=_block(0.1, False),
-        what="DecoderBlock",
         hint="Dropout goes on each sub-layer's output (the attention's, the feed-forward's), "
         "once, before the residual is added; the feed-forward gets is_train.",
     )
@@ -291,26 +278,31 @@ def _decoder(layers: int, maps: bool):
     return build
 
 
+@tools.builder
+def _decoder_of_3(p: float, is_train: bool):
+    def build(ns):
+        return lambda x, mask: ns.TransformerDecoder(3, H, D, FF, p, name="decoder")(
+            x, mask, is_train
+        )
+
+    return build
+
+
+DECODER = tools.WithDropout(_decoder_of_3, _vectors_mask, "TransformerDecoder")
+
+
 @stack.check(gate=True)
 def check_decoder_matches_reference(ctx):
     """A 3-block decoder's evaluation output matches the reference (under jax.jit)."""
-    rng = ctx.rng()
-    x, mask = tools.normal(rng, B, S, D), common.padded(rng)
-    tools.compare_module(
-        ctx,
-        _decoder(3, False),
-        x,
-        mask,
-        names=("the output of TransformerDecoder",),
-        hint="Apply every block, in order, each to the previous block's output, with the mask.",
+    DECODER.expect_evaluation_matches(
+        ctx, hint="Apply every block, in order, each to the previous block's output, with the mask."
     )
 
 
 @stack.check
 def check_decoder_attention_maps(ctx):
     """`get_attention_maps` returns one `(B, h, S, S)` map per block, as the reference."""
-    rng = ctx.rng()
-    x, mask = tools.normal(rng, B, S, D), common.padded(rng)
+    x, mask = _vectors_mask(ctx.rng())
     params = tools.perturb(
         tools.run_haiku(_decoder(3, False), ctx.ref, None, x, mask), ctx.rng("params")
     )
@@ -341,30 +333,7 @@ def check_decoder_reads_no_future(ctx):
     )
 
 
-@tools.builder
-def _decoder_draws(copies: int):
-    def build(ns):
-        return tools.over_draws(
-            copies=copies,
-            forward=lambda x, mask: ns.TransformerDecoder(
-                3, H, D, FF, tools.DRAW_P, name="decoder"
-            )(x, mask, True),
-        )
-
-    return build
-
-
 @stack.check
 def check_decoder_training_matches_reference(ctx):
     """Training output (p_dropout=0.5) of 3 blocks is the reference's."""
-    rng = ctx.rng()
-    x, mask = tools.normal(rng, B, S, D), common.padded(rng)
-    tools.expect_trains_like(
-        ctx,
-        _decoder_draws,
-        x,
-        mask,
-        init=_decoder(3, False),
-        what="TransformerDecoder",
-        hint="Every block gets is_train; the stack adds no dropout of its own.",
-    )
+    DECODER.expect_trains_like(ctx, hint=stacks.NO_DROPOUT_OF_ITS_OWN)

@@ -168,18 +168,13 @@ def _loss_batch(rng: np.random.Generator):
 def check_loss_matches_reference(ctx):
     """The mean next-character loss matches the reference on padded rows (under jax.jit)."""
     logits, ids, mask = _loss_batch(ctx.rng())
-    want = float(tools.jitted(ctx.ref.next_token_loss)(logits, ids, mask))
-    got = tools.expect_array(
-        tools.jitted(ctx.student.next_token_loss)(logits, ids, mask), "the loss", shape=()
-    )
-    if abs(float(got) - want) <= 1e-4 * max(1.0, abs(want)):
-        return
-    for slip, value in _variants(tools.jitted(ctx.ref.next_token_loss), logits, ids, mask).items():
-        if abs(float(got) - value) <= 1e-4 * max(1.0, abs(value)):
-            tools.fail(f"the loss is {float(got):.6g}, the reference's {want:.6g}: {slip.strip()}")
-    tools.fail(
-        f"the loss is {float(got):.6g}, the reference's {want:.6g}: the mean cross-entropy of "
-        "logits[:, :-1] against ids[:, 1:], over the targets whose mask is 1"
+    common.expect_loss_of_reference(
+        ctx,
+        "next_token_loss",
+        (logits, ids, mask),
+        lambda reference, _: _variants(reference, logits, ids, mask),
+        "the mean cross-entropy of logits[:, :-1] against ids[:, 1:], over the targets whose "
+        "mask is 1",
     )
 
 

@@ -530,19 +530,22 @@ def _seq_batch(rng: np.random.Generator):
 def check_sequence_loss_matches_reference(ctx):
     """The mean loss over real target tokens matches the reference (under jax.jit)."""
     logits, targets, mask = _seq_batch(ctx.rng())
-    want = float(tools.jitted(ctx.ref.sequence_loss)(logits, targets, mask))
-    got = tools.expect_array(
-        tools.jitted(ctx.student.sequence_loss)(logits, targets, mask), "the loss", shape=()
+    common.expect_loss_of_reference(
+        ctx,
+        "sequence_loss",
+        (logits, targets, mask),
+        lambda reference, want: _sequence_slips(reference, want, logits, targets, mask),
+        "the mean cross-entropy of the logits at t against target t, over the positions whose "
+        "mask is 1",
     )
-    if abs(float(got) - want) <= 1e-4 * max(1.0, abs(want)):
-        return
-    # the typical slips' values, from the reference on other inputs: no loss is computed
-    # here, where a student's code could import it
-    reference = tools.jitted(ctx.ref.sequence_loss)
+
+
+def _sequence_slips(reference, want: float, logits, targets, mask) -> dict[str, float]:
+    """The typical slips' values, each the reference's loss of other inputs."""
     rows = [
         float(reference(logits[r : r + 1], targets[r : r + 1], mask[r : r + 1])) for r in range(3)
     ]
-    slips = {
+    return {
         "padding is counted: a position whose mask is 0 is no target (weigh each position "
         "by its mask)": float(reference(logits, targets, np.ones_like(mask))),
         "the targets are shifted a second time (logits[:, :-1] against targets[:, 1:]): "
@@ -554,13 +557,6 @@ def check_sequence_loss_matches_reference(ctx):
         "the sum is divided by every position, padding included: divide by the number of "
         "real tokens": want * mask.sum() / mask.size,
     }
-    for slip, value in slips.items():
-        if abs(float(got) - value) <= 1e-4 * max(1.0, abs(value)):
-            tools.fail(f"the loss is {float(got):.6g}, the reference's {want:.6g}: {slip}")
-    tools.fail(
-        f"the loss is {float(got):.6g}, the reference's {want:.6g}: the mean cross-entropy of "
-        "the logits at t against target t, over the positions whose mask is 1"
-    )
 
 
 @seq_loss.check
