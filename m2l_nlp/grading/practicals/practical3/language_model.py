@@ -23,9 +23,11 @@ lm = common.EXERCISES["language_model"]
 
 
 @tools.builder
-def _lm():
+def _lm(p: float = CONFIG.p_dropout, is_train: bool = False):
+    config = dataclasses.replace(CONFIG, p_dropout=p)
+
     def build(ns):
-        return lambda ids, mask: ns.CharLanguageModel(CONFIG, name="char_lm")(ids, mask, False)
+        return lambda ids, mask: ns.CharLanguageModel(config, name="char_lm")(ids, mask, is_train)
 
     return build
 
@@ -87,26 +89,13 @@ def check_language_model_ignores_padding(ctx):
     )
 
 
-@tools.builder
-def _lm_draws(copies: int):
-    config = dataclasses.replace(CONFIG, p_dropout=tools.DRAW_P)
-
-    def build(ns):
-        return tools.over_draws(
-            copies=copies,
-            forward=lambda ids, mask: ns.CharLanguageModel(config, name="char_lm")(ids, mask, True),
-        )
-
-    return build
-
-
 @lm.check
 def check_language_model_training_matches_reference(ctx):
     """Training logits (p_dropout=0.5) are the reference's."""
     ids, mask = common.char_batch(ctx.rng())
     tools.expect_trains_like(
         ctx,
-        _lm_draws,
+        tools.draws_of(_lm(tools.DRAW_P, True)),
         ids,
         mask,
         init=_lm(),
