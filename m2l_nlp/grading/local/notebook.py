@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+from collections import ChainMap
 from collections.abc import Iterator
 from types import ModuleType
 from typing import Any
@@ -85,7 +86,9 @@ def check(exercise: str, *objects: Any, verbose: bool = True, **named: Any) -> E
     frame = inspect.currentframe()
     caller = frame.f_back.f_globals if frame is not None and frame.f_back is not None else {}
     found = _collect(ex.targets, objects, named, caller)
-    student = StudentNamespace(found, "the objects passed to check()")
+    # a check may read more of the student's work than its targets (their language model
+    # read with caches): in a notebook, the rest is the notebook's names
+    student = StudentNamespace(ChainMap(found, caller), "the objects passed to check()")
     spaces: list[dict[str, Any]] = []
     for obj in found.values():
         g = globals_of(obj)
