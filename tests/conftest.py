@@ -155,3 +155,24 @@ def same_parameters():
                 assert a[name].tobytes() == b[name].tobytes(), name
 
     return check
+
+
+@pytest.fixture
+def stopped_after_epoch_1(monkeypatch):
+    """``run(argv)``: ``m2l-nlp argv`` interrupted (as by Ctrl-C) once its first epoch is kept;
+    returns the exit status."""
+    from m2l_nlp import cli
+    from m2l_nlp.runs import folders
+
+    saving = folders.RunFolder.save_progress
+
+    def stop(self, info, arrays):
+        saving(self, info, arrays)
+        raise KeyboardInterrupt
+
+    def run(argv) -> int:
+        with monkeypatch.context() as patch:
+            patch.setattr(folders.RunFolder, "save_progress", stop)
+            return cli.main(argv)
+
+    return run

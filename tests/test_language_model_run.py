@@ -8,7 +8,6 @@ import pytest
 
 from m2l_nlp import cli
 from m2l_nlp.runs import experiment
-from m2l_nlp.runs import folders as runs
 
 TINY = [
     "--set",
@@ -29,7 +28,7 @@ TINY = [
 
 
 @pytest.mark.slow
-def test_train_then_generate_and_resume(tmp_path, monkeypatch, capsys, same_parameters):
+def test_train_then_generate_and_resume(tmp_path, capsys, stopped_after_epoch_1, same_parameters):
     """A tiny char-lm on the bundled reviews: bits per character each epoch with a sample,
     test bits beside both baselines, a checkpoint that `generate` continues text from; a run
     stopped after epoch 1 resumes to the same numbers."""
@@ -52,16 +51,8 @@ def test_train_then_generate_and_resume(tmp_path, monkeypatch, capsys, same_para
     assert cli.main(["generate", "--checkpoint", checkpoint, "x" * 40]) == 2
     assert "the model reads at most 32 characters" in capsys.readouterr().err
 
-    saving = runs.RunFolder.save_progress
-
-    def stop_after_epoch_1(self, info, arrays):
-        saving(self, info, arrays)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(runs.RunFolder, "save_progress", stop_after_epoch_1)
     stopped = [*args, "--out", str(tmp_path / "stopped")]
-    assert cli.main(stopped) == 130
-    monkeypatch.undo()
+    assert stopped_after_epoch_1(stopped) == 130
     assert cli.main([*stopped, "--resume"]) == 0
     again = json.loads((tmp_path / "stopped" / "metrics.json").read_text())
     assert again["history"] == metrics["history"]

@@ -163,11 +163,10 @@ TINY = [
 
 
 @pytest.mark.slow
-def test_train_then_translate_and_resume(tmp_path, capsys, monkeypatch, same_parameters):
+def test_train_then_translate_and_resume(tmp_path, capsys, stopped_after_epoch_1, same_parameters):
     """A tiny translator on the bundled pairs: validation chrF each epoch, test BLEU and
     chrF with both baselines and sacreBLEU's signatures, a checkpoint `translate` reads; a
     run stopped after epoch 1 resumes to the same numbers and parameters."""
-    from m2l_nlp.runs import folders as runs
 
     out = tmp_path / "tr"
     args = ["train", "--preset", "translate", "--data", "small", "--epochs", "2"]
@@ -198,16 +197,8 @@ def test_train_then_translate_and_resume(tmp_path, capsys, monkeypatch, same_par
         2,
     )
 
-    saving = runs.RunFolder.save_progress
-
-    def stop_after_epoch_1(self, info, arrays):
-        saving(self, info, arrays)
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(runs.RunFolder, "save_progress", stop_after_epoch_1)
     stopped = [*args, "--out", str(tmp_path / "stopped")]
-    assert cli.main(stopped) == 130
-    monkeypatch.undo()
+    assert stopped_after_epoch_1(stopped) == 130
     assert cli.main([*stopped, "--resume"]) == 0
     again = json.loads((tmp_path / "stopped" / "metrics.json").read_text())
     assert again["history"] == metrics["history"] and len(again["history"]["val_chrf"]) == 2
