@@ -7,7 +7,12 @@ A mutant may add a third item, ``{"says": text, "not": text}`` (either key optio
 message its failure must hold, and one that no message of it may hold. Those are asserted
 twice: graded against the reference module (the course repository), and (slow: the answers
 are recorded first) against its recorded answers, as a student's handout grades, where a
-hint can ask the reference only what was recorded and the student's earlier work is called."""
+hint can ask the reference only what was recorded and the student's earlier work is called.
+
+``VARIANTS = {exercise: [(name, edits), ...]}`` in the same file: correct code written another
+way (a sampler by Gumbel-max rather than jax.random.categorical), which must pass every check
+of its exercise, the hidden checks that cover its targets too, against the reference and
+against its recorded answers."""
 
 from __future__ import annotations
 
@@ -31,19 +36,19 @@ ROOT = Path(__file__).resolve().parent.parent
 _counter = itertools.count()
 
 
-def _mutants() -> list[tuple[str, str, str, list[tuple[str, str]], dict[str, str]]]:
+def _mutants(kind: str = "MUTANTS") -> list[tuple[str, str, str, list[tuple[str, str]], dict]]:
     found = []
     for path in sorted((ROOT / "tests" / "mutants").glob("*.py")):
         spec = importlib.util.spec_from_file_location(f"mutants_{path.stem}", path)
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
-        for exercise, cases in module.MUTANTS.items():
+        for exercise, cases in getattr(module, kind, {}).items():
             for slip, edits, *said in cases:
                 found.append((path.stem, exercise, slip, edits, said[0] if said else {}))
     return found
 
 
-MUTANTS = _mutants()
+MUTANTS, VARIANTS = _mutants(), _mutants("VARIANTS")
 
 
 def _mutant(tmp_path: Path, practical: str, edits: list[tuple[str, str]]):
@@ -128,3 +133,30 @@ def test_a_mutant_is_told_its_slip_in_a_handout(tmp_path, practical, exercise, s
     """As a handout grades: against recorded answers, the student's earlier work called."""
     module = _mutant(tmp_path, practical, edits)
     _expect_caught(_grade(module, exercise, _recorded(exercise)), slip, said, "recorded answers")
+
+
+@pytest.mark.parametrize(
+    ("practical", "exercise", "variant", "edits"),
+    [v[:4] for v in VARIANTS],
+    ids=[f"{v[1]}-{v[2]}" for v in VARIANTS] or None,
+)
+def test_a_correct_variant_passes_its_exercise(tmp_path, practical, exercise, variant, edits):
+    module = _mutant(tmp_path, practical, edits)
+    ex = load_exercises()[exercise]
+    for where, ref in (
+        ("the reference", reference(ex.practical)),
+        ("recorded answers", _recorded(exercise)),
+    ):
+        graded = zip(ex.checks, _grade(module, exercise, ref), strict=True)
+        failed = [
+            f"{chk.name}: {message}" for chk, (status, message) in graded if status != "passed"
+        ]
+        assert not failed, f"{variant!r} against {where}: {failed}"
+    # and the autograder's hidden checks that cover its targets (solutions/hidden/)
+    for hidden in load_exercises(hidden=True).values():
+        for chk in hidden.checks:
+            if hidden.hidden and set(chk.covers) & set(ex.targets):
+                try:
+                    run_check(hidden, chk, module, reference(ex.practical), [vars(module)])
+                except Exception as err:  # noqa: BLE001 - its message is the assertion's
+                    pytest.fail(f"{variant!r}: hidden {hidden.name}/{chk.name}: {err}")

@@ -17,6 +17,12 @@ from m2l_nlp.grading.checks.tools import (
 )
 from m2l_nlp.grading.practicals.practical3.common import D, H
 from m2l_nlp.grading.practicals.practical3.decoder import _block
+from m2l_nlp.grading.practicals.practical3.language_model import (
+    _draws,
+    _frequencies_off,
+    _keys,
+    _softmax,
+)
 from m2l_nlp.grading.practicals.practical3.translation import (
     BLOCK_RETURNS,
     END,
@@ -33,8 +39,8 @@ longer = exercise(
     PRACTICAL,
     points=10,
     targets=("DecoderBlock", "next_token_loss", "sample_next", "attend_with_cache"),
-    title="the decoder on longer texts, the loss on a larger vocabulary, top-1 sampling, "
-    "a cache filled to the end of its window",
+    title="the decoder on longer texts, the loss on a larger vocabulary, sampling among 37 "
+    "ids and top-1 sampling, a cache filled to the end of its window",
     hidden=True,
 )
 
@@ -80,6 +86,38 @@ def check_top_one_is_the_arg_max(ctx):
                 f"with top_k=1 (temperature {temperature}) a row drew another id than its "
                 "largest logit"
             )
+
+
+@longer.check(gate=True, covers=("sample_next",))
+def check_sampling_among_37_ids(ctx):
+    """37 ids in 8 orders, temperature 0.7, top_k=10: the draws of 16 keys differ from key to
+    key and follow softmax(the row's 10 largest logits / 0.7) (each row's own largest)."""
+    rng = ctx.rng()
+    # ranked values 0.1 to 0.3 apart: no tie at the 10th; the 10 kept are drawn 0.36 to 0.007
+    values = np.sort(np.arange(37) * 0.2 + rng.uniform(0, 0.1, 37))[::-1].astype(np.float32)
+    ranks = np.stack([rng.permutation(37) for _ in range(8)])  # ranks[o, j]: id j's rank
+    rows = np.arange(2048) % 8  # row b holds the values in order rows[b]
+    draws = _draws(ctx, values[ranks[rows]], 0.7, 10, _keys(ctx, 16))
+    drawn = ranks[rows, draws]  # the rank of each drawn id in its own row
+    if drawn.max() >= 10:
+        fail(
+            "with top_k=10 an id outside the 10 largest logits of its row was drawn: the top k "
+            "are each row's own, along the last axis"
+        )
+    # for a correct sampler two keys' 2048 draws agree with a chance of (sum of p^2)^2048,
+    # below 0.36^2048 (sum of p^2 <= max p); for some 2 of 16 keys, 120 times that
+    if len(np.unique(draws, axis=0)) < len(draws):
+        fail("two different keys gave the same draws: sample with the key you are given")
+    freq = np.bincount(drawn.ravel(), minlength=10) / drawn.size
+    want = _softmax(values[:10] / 0.7)
+    off = _frequencies_off(freq, want, drawn.size, 10)  # a chance below 1e-6 for a correct one
+    if off.any():
+        at = int(np.argmax(np.where(off, np.abs(freq - want), 0)))
+        fail(
+            f"with top_k=10 and temperature 0.7 the logit ranked {at + 1} in its row was drawn "
+            f"with frequency {freq[at]:.4f}; softmax(the 10 largest logits / 0.7) gives it "
+            f"{want[at]:.4f}"
+        )
 
 
 @longer.check(gate=True, covers=("attend_with_cache",))

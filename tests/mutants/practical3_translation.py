@@ -1,10 +1,12 @@
 """Mutants of practical 3's reference: each must fail its exercise's checks (and, where a
-third item says so, with a message that names the slip: see tests/test_mutants.py)."""
+third item says so, with a message that names the slip), and variants, correct code written
+another way, that must pass every check of their exercise (see tests/test_mutants.py)."""
 
 _TRIL = "return jnp.tril(jnp.ones((seq_len, seq_len), jnp.int32))"
 # the end of the block's self-attention (its two branches: without a cache and with one)
 # and the sub-layers after it
 _ATTEND = "attended, weights = attend_with_cache(self.attention, x, cache, at)\n"
+_SAMPLE = "    return jax.random.categorical(key, scaled, axis=-1)\n"  # sample_next's draw
 _BLOCK = (
     _ATTEND + "        x = self.norm_1(x + dropout(attended))\n"
     "        x = self.norm_2(x + dropout(self.feed_forward(x, is_train)))"
@@ -208,6 +210,40 @@ MUTANTS = {
                     "categorical(key, jax.nn.log_softmax(scaled, axis=0), axis=-1)",
                 )
             ],
+        ),
+        # Samplers that never read their key: right frequencies in one call, the same draws
+        # for every key (each passed every check while each check had one key).
+        (
+            "a key of its own, PRNGKey(0)",
+            [
+                (
+                    _SAMPLE,
+                    "    return jax.random.categorical(jax.random.PRNGKey(0), scaled, axis=-1)\n",
+                )
+            ],
+            {"says": "your draws are the same for 64 different keys"},
+        ),
+        (
+            "a fixed inverse CDF: row i of B draws at u = (i + 0.5) / B",
+            [
+                (
+                    _SAMPLE,
+                    "    u = (jnp.arange(scaled.shape[0]) + 0.5) / scaled.shape[0]\n"
+                    "    cdf = jnp.cumsum(jax.nn.softmax(scaled, axis=-1), axis=-1)\n"
+                    "    return (cdf < u[:, None]).sum(-1)\n",
+                )
+            ],
+            {"says": "your draws are the same for 64 different keys"},
+        ),
+        (
+            "a key read in part: its last bit",
+            [
+                (
+                    _SAMPLE,
+                    "    return jax.random.categorical(jax.random.PRNGKey(key[-1] % 2), scaled)\n",
+                )
+            ],
+            {"says": "64 different keys gave only 2 different draws"},
         ),
     ],
     "attention_cache": [
@@ -467,6 +503,58 @@ MUTANTS = {
         (
             "state not carried",
             [("logits, state = step(tokens, at, state)", "logits, _ = step(tokens, at, state)")],
+        ),
+    ],
+}
+
+VARIANTS = {
+    "sample_next": [
+        # the draws of jax.random.categorical, bit for bit: it is Gumbel-max inside
+        (
+            "Gumbel-max",
+            [
+                (
+                    _SAMPLE,
+                    "    return jnp.argmax(scaled + jax.random.gumbel(key, scaled.shape), -1)\n",
+                )
+            ],
+        ),
+        # the same law, other draws: the first of exponential clocks of rates p to ring (a
+        # clock of 0 on an id of p = 0 is 0 / 0: that id never rings)
+        (
+            "Gumbel-max as a race of exponential clocks",
+            [
+                (
+                    _SAMPLE,
+                    "    probs = jax.nn.softmax(scaled, axis=-1)\n"
+                    "    clocks = jax.random.exponential(key, scaled.shape)\n"
+                    "    rings = jnp.where(probs > 0, clocks / probs, jnp.inf)\n"
+                    "    return jnp.argmin(rings, axis=-1)\n",
+                )
+            ],
+        ),
+        (
+            "an inverse CDF of its own uniforms",
+            [
+                (
+                    _SAMPLE,
+                    "    cdf = jnp.cumsum(jax.nn.softmax(scaled, axis=-1), axis=-1)\n"
+                    "    u = jax.random.uniform(key, scaled.shape[:-1] + (1,)) * cdf[..., -1:]\n"
+                    "    return (cdf < u).sum(-1)\n",
+                )
+            ],
+        ),
+        (
+            "jax.random.choice, one key a row",
+            [
+                (
+                    _SAMPLE,
+                    "    keys = jax.random.split(key, scaled.shape[0])\n"
+                    "    probs = jax.nn.softmax(scaled, axis=-1)\n"
+                    "    pick = lambda k, p: jax.random.choice(k, p.size, p=p)  # noqa: E731\n"
+                    "    return jax.vmap(pick)(keys, probs)\n",
+                )
+            ],
         ),
     ],
 }

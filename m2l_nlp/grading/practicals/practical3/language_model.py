@@ -208,25 +208,53 @@ def check_loss_of_a_sure_model_is_zero(ctx):
 
 # --------------------------------------------------------------------------------------------
 # 6. sample_next
+#
+# Graded as a sampler: the same key gives the same draws, different keys give different
+# draws, and the draws over many keys follow softmax(logits / T) among the top k. One fixed
+# key per check let a sampler that never reads its key pass (a fixed key inside, or a fixed
+# inverse CDF: row i takes u = (i + 0.5) / B). The inputs and keys come from fixed seeds, so
+# each check fails a correct sampler (categorical, Gumbel-max, an inverse CDF of its own
+# uniforms...) with a chance below ALPHA, over the sampler's own randomness.
 
 sample = common.EXERCISES["sample_next"]
 
-ROWS = 6000  # draws per check: frequencies within about 0.02 of the probabilities
+ALPHA = 1e-6  # a check's chance of failing a correct sampler, at most
+KEYS = 16  # calls per case of a frequency check, each with its own key
+ROWS = 2048  # rows per call (one row of logits, tiled): KEYS * ROWS = 32,768 draws a case
+LOGITS = np.array([2.0, 1.0, 0.5, 0.0, -1.0], np.float32)
 
 
-def _draws(ctx, logits_row: np.ndarray, temperature: float, top_k, seed: int) -> np.ndarray:
-    logits = np.broadcast_to(logits_row, (ROWS, logits_row.size)).astype(np.float32)
-    got = tools.expect_array(
-        tools.jitted(ctx.student.sample_next, 2, 3)(logits, ctx.key(seed), temperature, top_k),
-        "the sampled ids",
-        shape=(ROWS,),
-        axes="(B,)",
-    )
-    if not np.issubdtype(got.dtype, np.integer):
-        tools.fail(f"sample_next should return integer ids; yours have dtype {got.dtype}")
-    if got.min() < 0 or got.max() >= logits_row.size:
-        tools.fail(f"sample_next returned ids outside 0..{logits_row.size - 1} (e.g. {got.max()})")
-    return np.bincount(got, minlength=logits_row.size) / ROWS
+def _keys(ctx, n: int) -> list[np.ndarray]:
+    """``n`` keys from the check's generator (so from the grading seed too): random bits of
+    a key's shape, any of which is a key; two of them alike with a chance below n^2 / 2^65."""
+    shape = np.shape(ctx.key(0))  # (2,): threefry's two 32-bit words
+    return list(ctx.rng("keys").integers(0, 2**32, size=(n, *shape), dtype=np.uint32))
+
+
+def _draws(ctx, logits: np.ndarray, temperature: float, top_k, keys) -> np.ndarray:
+    """The ids `(len(keys), B)` drawn from ``logits`` `(B, V)` by one call per key."""
+    rows, vocab = logits.shape
+    draw = tools.jitted(ctx.student.sample_next, 2, 3)  # one compilation for all the keys
+    got = []
+    for key in keys:
+        ids = tools.expect_array(
+            draw(logits, key, temperature, top_k), "the sampled ids", shape=(rows,), axes="(B,)"
+        )
+        if not np.issubdtype(ids.dtype, np.integer):
+            tools.fail(f"sample_next should return integer ids; yours have dtype {ids.dtype}")
+        if ids.min() < 0 or ids.max() >= vocab:
+            tools.fail(f"sample_next returned ids outside 0..{vocab - 1} (e.g. {ids.max()})")
+        got.append(ids)
+    return np.stack(got)
+
+
+def _tiled(logits_row: np.ndarray, rows: int = ROWS) -> np.ndarray:
+    return np.broadcast_to(logits_row, (rows, logits_row.size)).astype(np.float32)
+
+
+def _frequencies(ctx, logits_row: np.ndarray, temperature: float, top_k, keys) -> np.ndarray:
+    draws = _draws(ctx, _tiled(logits_row), temperature, top_k, keys)
+    return np.bincount(draws.ravel(), minlength=logits_row.size) / draws.size
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -234,26 +262,43 @@ def _softmax(x: np.ndarray) -> np.ndarray:
     return e / e.sum()
 
 
-LOGITS = np.array([2.0, 1.0, 0.5, 0.0, -1.0], np.float32)
+def _kl(q: np.ndarray, p: np.ndarray) -> np.ndarray:
+    """KL(Bernoulli(q) || Bernoulli(p)), elementwise, for 0 < p < 1."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        above = np.where(q > 0, q * np.log(q / p), 0.0)
+        below = np.where(q < 1, (1 - q) * np.log((1 - q) / (1 - p)), 0.0)
+    return above + below
+
+
+def _frequencies_off(freq: np.ndarray, want: np.ndarray, draws: int, tests: int) -> np.ndarray:
+    """Which frequencies ``freq`` of ``draws`` draws are too far from probabilities ``want``
+    (0 < want < 1): one of ``tests`` tests that together fail a correct sampler with a chance
+    below ALPHA. By Chernoff's bound a frequency of draws that far, on either side, has a
+    chance of at most 2 exp(-draws KL(freq || want)) each; this is ALPHA / tests at the edge."""
+    return draws * _kl(freq, want) > np.log(2 * tests / ALPHA)
+
+
+def _close(freq: np.ndarray, want: np.ndarray, tests: int) -> bool:
+    return not _frequencies_off(freq, want, KEYS * ROWS, tests).any()
 
 
 @sample.check(gate=True)
 def check_sample_follows_the_temperature(ctx):
-    """At temperatures 0.5 and 2, the draws' frequencies are softmax(logits / T)."""
-    for i, temperature in enumerate((0.5, 2.0)):
-        freq = _draws(ctx, LOGITS, temperature, None, i)
+    """At temperatures 0.5 and 2, the draws' frequencies over 16 keys are softmax(logits / T)."""
+    keys = _keys(ctx, KEYS)
+    for temperature in (0.5, 2.0):
+        freq = _frequencies(ctx, LOGITS, temperature, None, keys)
         want = _softmax(LOGITS / temperature)
-        plain = _softmax(LOGITS)
-        if np.abs(freq - want).max() <= 0.03:
+        if _close(freq, want, 2 * LOGITS.size):  # 2 temperatures, 5 ids each
             continue
-        if np.abs(freq - plain).max() <= 0.03:
+        if _close(freq, _softmax(LOGITS), 2 * LOGITS.size):
             tools.fail(
                 f"at temperature {temperature} your draws follow softmax(logits) (frequency of id "
                 f"0: {freq[0]:.3f}, should be about {want[0]:.3f}): the temperature has no "
                 "effect; divide the logits by it before the softmax (dividing the softmax's "
                 "output is undone when the probabilities are normalised)"
             )
-        if np.abs(freq - 1 / freq.size).max() <= 0.03:
+        if _close(freq, np.full_like(want, 1 / want.size), 2 * LOGITS.size):
             tools.fail(
                 f"at temperature {temperature} every id was drawn about as often as the others "
                 f"(id 0: {freq[0]:.3f}, should be about {want[0]:.3f}): draw along the last axis "
@@ -266,18 +311,53 @@ def check_sample_follows_the_temperature(ctx):
         )
 
 
+# Draws of 64 rows with several likely ids (softmax(LOGITS): 0.56, 0.21, 0.13, 0.08, 0.03).
+# Two calls of a correct sampler with different keys agree on all 64 rows with a chance of
+# (sum of p^2)^64 = 0.3823^64 < 2e-27; some two of the 64 calls (2016 pairs), below 4e-24.
+KEY_CALLS = 64
+KEY_ROWS = 64
+
+
+@sample.check(gate=True)
+def check_sample_reads_its_key(ctx):
+    """The same key gives the same draws twice; 64 different keys give 64 different draws."""
+    keys = _keys(ctx, KEY_CALLS)
+    logits = _tiled(LOGITS, KEY_ROWS)
+    first, again = _draws(ctx, logits, 1.0, None, keys[:1] * 2)
+    if not np.array_equal(first, again):
+        tools.fail(
+            "the same key gave different draws on two calls: draw with the key you are given "
+            "(jax.random.categorical(key, ...)), and nothing else random (no NumPy random, no "
+            "clock)"
+        )
+    draws = np.concatenate([first[None], _draws(ctx, logits, 1.0, None, keys[1:])])
+    distinct = len(np.unique(draws, axis=0))
+    if distinct == 1:
+        tools.fail(
+            f"your draws are the same for {KEY_CALLS} different keys: the key decides the "
+            "draws; sample with the key you are given (jax.random.categorical(key, ...)), not "
+            "a key of your own (PRNGKey(0)) or fixed numbers"
+        )
+    if distinct < KEY_CALLS:
+        tools.fail(
+            f"{KEY_CALLS} different keys gave only {distinct} different draws of {KEY_ROWS} "
+            "rows: every bit of the key should count; sample with the key you are given "
+            "(jax.random.categorical(key, ...))"
+        )
+
+
 @sample.check
 def check_sample_keeps_the_top_k(ctx):
     """With top_k=2 only the two largest logits are drawn, in their softmax's proportion."""
-    freq = _draws(ctx, LOGITS, 1.0, 2, 3)
+    freq = _frequencies(ctx, LOGITS, 1.0, 2, _keys(ctx, KEYS))
     outside = freq[2:].sum()
-    if outside > 0:
+    if outside > 0:  # never, for a correct sampler: their probability is 0
         tools.fail(
             f"with top_k=2 ids outside the 2 largest logits were drawn ({outside:.1%} of the "
             "draws): give every logit below the k-th largest -inf"
         )
     want = _softmax(LOGITS[:2])
-    if np.abs(freq[:2] - want).max() > 0.03 or freq[1] == 0:
+    if not _close(freq[:2], want, 2) or freq[1] == 0:
         tools.fail(
             f"with top_k=2 ids 0 and 1 should be drawn {want[0]:.3f} and {want[1]:.3f} of the "
             f"time; yours: {freq[0]:.3f} and {freq[1]:.3f} (keep the k-th largest logit itself)"
@@ -287,16 +367,16 @@ def check_sample_keeps_the_top_k(ctx):
 @sample.check
 def check_sample_temperature_with_top_k(ctx):
     """With top_k=3 and temperature 0.5 together, the draws follow softmax(top 3 logits / 0.5)."""
-    freq = _draws(ctx, LOGITS, 0.5, 3, 4)
+    freq = _frequencies(ctx, LOGITS, 0.5, 3, _keys(ctx, KEYS))
     if freq[3:].sum() > 0:
         tools.fail(
             f"with top_k=3 and temperature 0.5, ids outside the 3 largest logits were drawn "
             f"({freq[3:].sum():.1%} of the draws): the top k must hold with a temperature too"
         )
     want = _softmax(LOGITS[:3] / 0.5)
-    if np.abs(freq[:3] - want).max() <= 0.03:
+    if _close(freq[:3], want, 3):
         return
-    if np.abs(freq[:3] - _softmax(LOGITS[:3])).max() <= 0.03:
+    if _close(freq[:3], _softmax(LOGITS[:3]), 3):
         tools.fail(
             f"with top_k=3 and temperature 0.5 your draws follow softmax of the 3 largest "
             f"logits at temperature 1 (id 0: {freq[0]:.3f}, should be about {want[0]:.3f}): "
