@@ -462,7 +462,10 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
         attack,
         P1,
         "for _f in ('/tmp', '/var/tmp', '/dev/shm'):\n"
-        "    open(_f + '/m2l-left-behind-5d2c', 'wb').write(b'x' * (1 << 20))\n",
+        "    try:  # a sandbox's file system is read-only but for its /tmp and /dev/shm\n"
+        "        open(_f + '/m2l-left-behind-5d2c', 'wb').write(b'x' * (1 << 20))\n"
+        "    except OSError:\n"
+        "        pass\n",
     )
     attack = new("leaves_ipc_and_locks_behind")  # System V shared memory, /run/lock
     _solved(attack, P1, P2)
@@ -471,7 +474,10 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
         P1,
         "import ctypes as _c\n"
         "_c.CDLL(None).shmget(0x5D2C, 4096, 0o1000 | 0o666)  # IPC_CREAT\n"
-        "open('/run/lock/m2l-left-behind-5d2c', 'w').write('5d2c')\n",
+        "try:\n"
+        "    open('/run/lock/m2l-left-behind-5d2c', 'w').write('5d2c')\n"
+        "except OSError:  # read-only in a sandbox\n"
+        "    pass\n",
     )
 
     # Round two: the batch, the grader's own process, the worker's start.
@@ -516,6 +522,23 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
         "scaled_dot_product(queries * 0, keys, values, mask)",
     )
 
+    # Round three: kernel objects that outlive processes, and a flood of inodes.
+    attack = new("floods_inodes")  # 600,000 empty files in one in-memory folder
+    _solved(attack, P1, P2)
+    _with(attack, P1, FLOOD_INODES)
+    shutil.copytree(honest, new("after_the_flood"), ignore=without_p3)
+    attack = new("leaves_keys_and_queues")  # a keyring it makes unwritable, a POSIX queue
+    _solved(attack, P1, P2)
+    _with(attack, P1, LEAVE_KEYS_AND_QUEUES)
+    attack = new("reads_keys_and_queues")
+    _stubs(attack)
+    _replace(attack, P2, "def scaled_dot_product(", READ_KEYS_AND_QUEUES)
+    # practical 2 keeps what every check asked in its keyring; practical 3 shows it
+    attack = new("hidden_inputs_through_the_keyring")
+    _solved(attack, P1, P2, P3)
+    _with(attack, P2, KEEP_QUESTIONS_IN_THE_KEYRING)
+    _with(attack, P3, SHOW_THE_KEYRING)
+
     attack = new("reads_earlier_submissions")  # last: every other submission came before
     _stubs(attack)
     _replace(
@@ -545,6 +568,88 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
     )
     return made
 
+
+# keyctl and add_key by number (x86_64), as a student would; the keyring's permissions: the
+# possessor and the user may view, read, search and link, but no longer write (nor clear).
+KEYS = """
+import ctypes as _c
+_libc = _c.CDLL(None, use_errno=True)
+_libc.syscall.restype = _c.c_long
+_USER_RING, _NO_WRITE = -4, 0x1B1B0000
+
+
+def _add_key(name, data):
+    key = _libc.syscall(248, b"user", name, data, _c.c_size_t(len(data)), _c.c_long(_USER_RING))
+    _libc.syscall(250, 5, _c.c_long(key), _c.c_long(0x3F3F0000))  # the user may read it too
+    return key
+
+
+def _read_key(name):
+    key = _libc.syscall(250, 10, _c.c_long(_USER_RING), b"user", name, 0)  # KEYCTL_SEARCH
+    if key < 0:
+        return None
+    buffer = _c.create_string_buffer(4096)
+    size = _libc.syscall(250, 11, _c.c_long(key), buffer, 4096)  # KEYCTL_READ
+    return buffer.raw[: max(size, 0)].decode(errors="replace")
+"""
+
+FLOOD_INODES = """
+import os as _os
+_os.makedirs("/dev/shm/m2l-flood-5d2c", exist_ok=True)
+for _i in range(600_000):
+    try:
+        _os.close(_os.open(f"/dev/shm/m2l-flood-5d2c/{_i}", _os.O_CREAT | _os.O_WRONLY, 0o600))
+    except OSError:  # out of inodes (a sandbox's tmpfs has a bound)
+        break
+"""
+
+LEAVE_KEYS_AND_QUEUES = (
+    KEYS
+    + """
+_add_key(b"m2l-5d2c", b"left by a classmate 5d2c")
+_libc.syscall(250, 5, _c.c_long(_USER_RING), _c.c_long(_NO_WRITE))  # KEYCTL_SETPERM
+_queue = _libc.mq_open(b"/m2l-5d2c", 0o100 | 2, 0o666, None)  # O_CREAT | O_RDWR
+if _queue >= 0:
+    _libc.mq_send(_queue, b"left by a classmate 5d2c", 24, 0)
+"""
+)
+
+READ_KEYS_AND_QUEUES = (
+    "def scaled_dot_product(q, k, v, mask=None):\n"
+    + "\n".join("    " + line for line in KEYS.strip().splitlines())
+    + "\n"
+    "    class CheckFailure(Exception):\n"
+    "        pass\n"
+    "    seen = [_read_key(b'm2l-5d2c') or '']\n"
+    "    if _libc.mq_open(b'/m2l-5d2c', 0, 0, None) >= 0:\n"
+    "        seen.append('a queue 5d2c')\n"
+    "    raise CheckFailure('\\n'.join(s for s in seen if '5d2c' in s) or 'nothing')\n\n\n"
+    "def _stub_scaled_dot_product("
+)
+
+KEEP_QUESTIONS_IN_THE_KEYRING = (
+    KEYS
+    + """
+_asked = []
+_scaled_dot_product = scaled_dot_product
+
+
+def scaled_dot_product(q, k, v, mask=None):
+    _asked.append(f"q{tuple(q.shape)}")
+    _add_key(b"m2l-asked-5d2c", ("asked-5d2c " + " ".join(_asked[-40:])).encode())
+    _libc.syscall(250, 5, _c.c_long(_USER_RING), _c.c_long(_NO_WRITE))
+    return _scaled_dot_product(q, k, v, mask)
+"""
+)
+
+SHOW_THE_KEYRING = (
+    KEYS
+    + """
+_found = _read_key(b"m2l-asked-5d2c")
+if _found:
+    raise ImportError(_found)
+"""
+)
 
 PROC_SPY = f"""def scaled_dot_product(q, k, v, mask=None):
     import os
@@ -882,6 +987,31 @@ def test_in_a_batch_no_submission_reads_or_keeps_what_another_left(graded):
     assert not any(row.split()[:1] == [str(0x5D2C)] for row in shm)
 
 
+def test_a_flood_of_inodes_costs_its_maker_nothing_and_no_classmate_anything(graded):
+    """600,000 empty files in /dev/shm: bounded by the sandbox's tmpfs (or removed with its
+    user, who is retired if they cannot be); the classmate after it is graded in full."""
+    assert graded.results["floods_inodes"]["score"] == FULL
+    assert graded.results["after_the_flood"]["score"] == FULL
+    assert not Path("/dev/shm/m2l-flood-5d2c").exists()
+    assert "could not grade this submission in this batch" not in graded.batch.stdout
+
+
+def test_keyrings_and_message_queues_reach_no_classmate(graded):
+    spy = _tests(graded.results["reads_keys_and_queues"])["scaled_dot_product"]["output"]
+    assert "nothing" in spy and "5d2c" not in spy, spy
+    assert graded.results["leaves_keys_and_queues"]["score"] == FULL
+    assert not Path("/dev/mqueue/m2l-5d2c").exists()
+
+
+def test_hidden_inputs_never_reach_a_visible_message(graded):
+    """Practical 2's checks, hidden ones included, leave their questions in the keyring;
+    practical 3 would show them in its import error: its visible checks run before any
+    hidden one, each phase in a place of its own."""
+    data = graded.results["hidden_inputs_through_the_keyring"]
+    assert "asked-5d2c" not in json.dumps(data), data
+    assert _points(data, P3) == P3_POINTS, data
+
+
 def _log_of(batch_stdout: str, name: str) -> str:
     """What the grader logged while grading the batch's submission ``name``."""
     parts = batch_stdout.split("\n== submission ")
@@ -972,8 +1102,10 @@ def test_a_trivial_target_of_the_hidden_exercise_earns_nothing(graded):
 @pytest.fixture(scope="module")
 def bounded(installed, tmp_path_factory):
     """A batch under small budgets (``grading.toml``: 40 s a submission, 700 MB for its
-    processes together): a submission whose processes hold too much memory, one that
-    spends its time importing and dying, then an honest classmate."""
+    processes together), each phase as a fresh user of the pool (the path where sandboxes
+    are refused): a submission whose processes hold too much memory, one that spends its
+    time importing and dying, one that leaves a keyring it made unwritable and a message
+    queue, then an honest classmate."""
     root, env = installed
     tmp = tmp_path_factory.mktemp("bounded")
     source = tmp / "source"
@@ -992,21 +1124,25 @@ def bounded(installed, tmp_path_factory):
     slow = cases / "slow_import_then_dies"
     _solved(slow, P1, P2)
     _with(slow, P2, SLOW_THEN_DIES)
+    keys = cases / "leaves_keys_and_queues"  # its user is retired, never a classmate's
+    _solved(keys, P1, P2)
+    _with(keys, P1, LEAVE_KEYS_AND_QUEUES)
     honest = cases / "honest"
     _solved(honest, P1, P2)
     pairs = []
-    for folder in (hog, slow, honest):
+    for folder in (hog, slow, keys, honest):
         pairs += [str(folder), str(tmp / f"{folder.name}.json")]
     run = subprocess.run(
         ["python3" if ROOT_ONLY else sys.executable, "-m", "m2l_nlp.grading.trusted", *pairs],
-        env={**env, "M2L_ROOT": str(source)},
+        # the fallback path, where a machine refuses sandboxes: a fresh user per phase
+        env={**env, "M2L_ROOT": str(source), "M2L_ISOLATION": "users"},
         cwd=source,
         capture_output=True,
         text=True,
         timeout=900,
     )
     results = {
-        f.name: json.loads((tmp / f"{f.name}.json").read_text()) for f in (hog, slow, honest)
+        f.name: json.loads((tmp / f"{f.name}.json").read_text()) for f in (hog, slow, keys, honest)
     }
     for line in run.stdout.splitlines():  # shown with `pytest -s`
         if line.startswith(("== submission", "submission graded in", "peak memory")):
@@ -1102,6 +1238,17 @@ def test_a_submission_has_one_time_budget_for_its_imports_and_checks(bounded):
     took = float(log.split("submission graded in ")[1].split(" s")[0])
     assert took < 40 + 30, log  # 40 s of its own, and the reference's answers
     assert bounded.results["honest"]["score"] == FULL
+
+
+def test_without_sandboxes_a_user_whose_leftovers_stay_is_retired_not_the_batch(bounded):
+    if not ROOT_ONLY:
+        pytest.skip("the grader runs student code as users of a pool only as root")
+    log = bounded.run.stdout
+    assert "isolation: a fresh user per phase" in log, log[-3000:]
+    assert "is retired for the rest of this grading" in log, log[-3000:]
+    assert bounded.results["leaves_keys_and_queues"]["score"] == FULL
+    assert bounded.results["honest"]["score"] == FULL
+    assert not Path("/dev/mqueue/m2l-5d2c").exists()
 
 
 def test_nothing_a_practical_left_reaches_the_next_one(graded):

@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -276,9 +278,8 @@ def test_only_the_reference_worker_keeps_its_programs_in_a_folder_of_its_own(
         trusted.reference_pass(load_exercises(), "practical2_transformers", ROOT, tmp_path)
     with pytest.raises(Started):  # a student's worker: none
         found = Found("", "practical2_transformers.py")
-        trusted.grade_practical(
-            load_exercises(), "practical2_transformers", found, tmp_path, None, None, {}
-        )
+        run = trusted.PhaseRun(tmp_path, None, {})
+        trusted.grade_practical(load_exercises(), "practical2_transformers", found, run)
     assert started[0]["JAX_COMPILATION_CACHE_DIR"].startswith(str(tmp_path))
     assert "JAX_COMPILATION_CACHE_DIR" not in started[1]
 
@@ -398,9 +399,8 @@ def test_a_worker_that_dies_at_import_costs_its_practical_only(tmp_path):
 
     (tmp_path / "practical2_transformers.py").write_text("import os\nos._exit(7)\n")
     found = Found("import os\nos._exit(7)\n", "practical2_transformers.py")
-    results = trusted.grade_practical(
-        load_exercises(), "practical2_transformers", found, tmp_path, None, None, {}
-    )
+    run = trusted.PhaseRun(tmp_path, None, {})
+    results = trusted.grade_practical(load_exercises(), "practical2_transformers", found, run)
     assert {r.status for r in results} == {"error"}
     assert "ended (exit status 7)" in results[0].checks[0].message
 
@@ -419,15 +419,18 @@ def test_a_grader_whose_student_user_may_not_run_python_says_so_before_grading(
     def reference_pass(*args, **kwargs):
         raise AssertionError("the reference's checks ran before the student's user was tried")
 
-    monkeypatch.setattr(trusted, "unprivileged_user", lambda: (65534, 65534))
+    if os.geteuid() != 0:
+        pytest.skip("the grader runs student code as another user only when it is root")
+    monkeypatch.delenv("M2L_GRADER_USER", raising=False)
+    monkeypatch.setattr(trusted, "pool", lambda names: [(65534, 65534)])
     monkeypatch.setattr(trusted, "reference_pass", reference_pass)
     monkeypatch.setattr(remote.subprocess, "Popen", denied)
     (tmp_path / "submission").mkdir()
     results = tmp_path / "results.json"
-    assert trusted.main([str(tmp_path / "submission"), str(results)]) == 1
-    error = capsys.readouterr().err
-    assert error.startswith("error: user 65534 may not run") and error.count("\n") == 1
-    assert "M2L_GRADER_USER=root" in error
+    with pytest.raises(remote.WorkerUnavailable) as raised:  # main() says it in one line
+        trusted.grade([(tmp_path / "submission", results)], log=lambda line: None)
+    assert str(raised.value).startswith("user 65534 may not run")
+    assert "M2L_GRADER_USER=root" in str(raised.value)
     assert json.loads(results.read_text())["score"] == 0
 
 
@@ -894,8 +897,10 @@ def test_memory_the_kernel_holds_for_the_student_counts_against_the_budget(tmp_p
             set,
             lambda: None,
             interval=0.05,
-            extra=lambda pids: detached_shared_memory(nobody) + growth.grown(),
-            exact=lambda pids: detached_shared_memory(nobody) + growth.grown_by_student(),
+            outside=lambda pids, exact: (
+                detached_shared_memory(nobody)
+                + (growth.grown_by_student() if exact else growth.grown())
+            ),
         ) as watch:
             deadline = time.monotonic() + 2
             while watch.tripped is None and time.monotonic() < deadline:
@@ -1011,3 +1016,211 @@ def test_the_student_users_keyrings_are_emptied():
     assert as_nobody("find") > 0  # the key outlived the process that added it
     assert remove_keys_of((nobody, nobody), python).left == []
     assert as_nobody("find") < 0
+
+
+# ------------------------------------------------------- the grader's own process (round 3)
+
+
+def test_a_grader_past_its_own_memory_bound_ends_with_its_exit_status():
+    """The bound is on the grader's own memory: a process that grows past it calls
+    ``over`` once (the grader's ends the process; its supervisor goes on)."""
+    code = (
+        "import os, time\n"
+        "from m2l_nlp.grading.trusted.limits import bound_own_memory\n"
+        "bound_own_memory(300 << 20, lambda held: os._exit(75), interval=0.05)\n"
+        "kept = [bytearray(8 << 20) for _ in range(64)]  # 512 MB, touched\n"
+        "time.sleep(5)\n"
+        "os._exit(0)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], timeout=60)
+    assert done.returncode == 75
+
+
+def test_a_killed_graders_scratch_is_removed_by_the_next_and_only_that(tmp_path):
+    from m2l_nlp.grading.trusted import grader as trusted
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead = tmp_path / f"{trusted.SCRATCH_PREFIX}dead"
+    (dead / "submission-0").mkdir(parents=True)
+    (dead / "submission-0" / "practical1_baselines.py").write_text("# a student's\n")
+    (dead / trusted.MARKER).write_text(f"{gone.pid} {123456789}\n")
+    alive = tmp_path / f"{trusted.SCRATCH_PREFIX}alive"
+    alive.mkdir()
+    me = os.getpid()
+    (alive / trusted.MARKER).write_text(f"{me} {trusted._process_start(me)}\n")
+    linked = tmp_path / f"{trusted.SCRATCH_PREFIX}linked"  # a marker that is a link: kept
+    linked.mkdir()
+    (linked / trusted.MARKER).symlink_to(dead / trusted.MARKER)
+    unmarked = tmp_path / f"{trusted.SCRATCH_PREFIX}unmarked"
+    unmarked.mkdir()
+    said = []
+    assert trusted.remove_abandoned_scratch(said.append, str(tmp_path)) == 1
+    assert not dead.exists() and alive.exists() and linked.exists() and unmarked.exists()
+    assert len(said) == 1 and str(dead) in said[0]
+
+
+def test_the_phases_run_every_visible_check_before_any_hidden_one():
+    from m2l_nlp.grading.trusted import grader as trusted
+
+    exercises = load_exercises(ROOT, hidden=True)
+    practicals = list(dict.fromkeys(ex.practical for ex in exercises.values()))
+    phases = trusted.phases(exercises, practicals)
+    kinds = [p.hidden for p in phases]
+    assert kinds == sorted(kinds) and True in kinds and False in kinds
+    assert all(
+        ex.hidden == p.hidden and ex.practical == p.practical for p in phases for ex in p.exercises
+    )
+    assert sum(len(p.exercises) for p in phases) == len(exercises)
+
+
+@pytest.mark.slow
+def test_a_grader_killed_mid_submission_costs_that_submission_only(tmp_path):
+    """As the kernel's OOM killer would: the grader is killed while it grades the first of
+    two submissions; that one's results say it could not be graded, and a fresh grader
+    grades the second in full."""
+    import signal
+
+    batch = tmp_path / "batch"
+    batch.mkdir(mode=0o700)
+    pairs = []
+    for name in ("first", "second"):
+        (batch / name).mkdir()
+        shutil.copy2(ROOT / "solutions" / "practical1_baselines.py", batch / name)
+        pairs += [str(batch / name), str(batch / f"{name}.json")]
+    env = {**os.environ, "M2L_GRADER_USER": "root", "M2L_ROOT": str(ROOT)}
+    run = subprocess.Popen(
+        [sys.executable, "-m", "m2l_nlp.grading.trusted", "--seed", "5", *pairs],
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    log = []
+    killed = False
+    for line in run.stdout:
+        log.append(line)
+        if line.startswith("== submission 1 of 2") and not killed:
+            children = [
+                int(p)
+                for p in os.listdir("/proc")
+                if p.isdigit() and _cmdline(p).count(b"--grader-state")
+            ]
+            for pid in children:
+                os.kill(pid, signal.SIGKILL)
+            killed = bool(children)
+    assert run.wait(timeout=900) == 0, "".join(log)[-3000:]
+    assert killed
+    first = json.loads((batch / "first.json").read_text())
+    second = json.loads((batch / "second.json").read_text())
+    assert first["score"] == 0 and "could not grade this submission" in first["output"]
+    assert second["score"] == sum(
+        t["max_score"] for t in second["tests"] if t["tags"][0] == "practical1_baselines"
+    )
+    assert any("the rest in a fresh grader" in line for line in log), "".join(log)
+
+
+def _cmdline(pid: str) -> bytes:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read()
+    except OSError:
+        return b""
+
+
+SANDBOX_ATTACK = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+made = 0
+for i in range(100_000):
+    try:
+        os.close(os.open(f"/tmp/f{i}", os.O_CREAT | os.O_WRONLY, 0o600))
+        made += 1
+    except OSError:
+        break
+libc.syscall(248, b"user", b"m2l-sandbox-5d2c", b"kept", ctypes.c_size_t(4), ctypes.c_long(-4))
+queue = libc.mq_open(b"/m2l-sandbox-5d2c", 0o100 | 2, 0o666, None)
+segment = libc.shmget(0x5D2D, 1 << 20, 0o1000 | 0o666)
+print(made, queue >= 0, segment >= 0)
+"""
+
+SANDBOX_SPY = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+key = libc.syscall(250, 10, ctypes.c_long(-4), b"user", b"m2l-sandbox-5d2c", 0)
+queue = libc.mq_open(b"/m2l-sandbox-5d2c", 0, 0, None)
+files = sum(n.startswith("f") for n in os.listdir("/tmp"))
+print(files, key >= 0, queue >= 0, libc.shmget(0x5D2D, 0, 0) >= 0)
+"""
+
+
+def test_a_sandbox_bounds_inodes_and_its_kernel_objects_end_with_it():
+    """Where bubblewrap starts (root, the kernel's user namespaces), a phase's files are
+    bounded in number, and nothing it made (files, keys, queues, System V segments) is
+    seen by the next phase's sandbox."""
+    from m2l_nlp.grading.trusted import isolation
+
+    if os.geteuid() != 0:
+        pytest.skip("the grader makes sandboxes only as root")
+    users = isolation.pool()
+    tmp_path = Path(tempfile.mkdtemp(prefix="m2l-sandbox-test-", dir="/tmp"))  # as the grader's
+    tmp_path.chmod(0o755)
+    why_not = isolation.Isolation.probe(users[0], tmp_path)
+    if why_not is not None:
+        shutil.rmtree(tmp_path)
+        pytest.skip(f"no sandbox on this machine: {why_not}")
+    python = "/usr/bin/python3"  # the standard library only; any user may run it
+    if not os.access(python, os.X_OK):
+        pytest.skip("no /usr/bin/python3")
+    said = []
+    places = isolation.Isolation(users, tmp_path, said.append, sandbox=True)
+
+    def run(code: str) -> list[str]:
+        place = places.open(time.time())
+        try:
+            done = subprocess.run(
+                place.command([python, "-I", "-c", code], tmp_path),
+                user=place.user[0],
+                group=place.user[1],
+                extra_groups=[],
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, done.stderr
+            return done.stdout.split()
+        finally:
+            assert places.close(place).left == []
+
+    try:
+        made, queue, segment = run(SANDBOX_ATTACK)
+        assert int(made) < isolation.TMPFS_INODES and queue == segment == "True"
+        assert run(SANDBOX_SPY) == ["0", "False", "False", "False"]
+        assert not list(tmp_path.glob("sandbox-*")) and said == []
+    finally:
+        shutil.rmtree(tmp_path)
+
+
+def test_the_exact_count_of_memory_outside_processes_runs_at_most_once_a_second():
+    """While the quick count is over the budget and the exact one under it (another user's
+    files in /dev/shm, say), the exact count (a walk of the in-memory folders) is asked at
+    most once a second, not at every look; nobody is stopped."""
+    from m2l_nlp.grading.trusted.limits import MemoryWatch
+
+    asked = []
+
+    def outside(pids, exact):
+        if exact:
+            asked.append(time.monotonic())
+            return 0
+        return 10 << 20  # the machine's growth: over the budget
+
+    killed = []
+    with MemoryWatch(1 << 20, set, lambda: killed.append(1), interval=0.02, outside=outside):
+        time.sleep(2.5)
+    assert 2 <= len(asked) <= 4 and not killed
+    assert all(b - a >= 0.99 for a, b in zip(asked, asked[1:], strict=False))

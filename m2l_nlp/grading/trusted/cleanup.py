@@ -254,6 +254,22 @@ def _ipc_ids(kind: str, uid: int) -> list[int]:
     return ids
 
 
+def run_as(
+    user: tuple[int, int], command: list[str], timeout: float = 30
+) -> subprocess.CompletedProcess:
+    """Run ``command`` as ``user`` (uid, gid; no other groups) from ``/``, its output kept."""
+    return subprocess.run(
+        command,
+        user=user[0],
+        group=user[1],
+        extra_groups=[],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 # Run as the student's user: its user, user-session and persistent keyrings outlive its
 # processes (days, for the persistent one), so a submission could leave data there for the
 # next one. keyctl has no libc wrapper in the standard library: the syscall by number.
@@ -261,7 +277,7 @@ _CLEAR_KEYS = """
 import ctypes, platform, sys
 nr = {"x86_64": 250, "aarch64": 219, "ppc64le": 280, "s390x": 280}.get(platform.machine())
 if nr is None:
-    print("no keyctl number for " + platform.machine())
+    print(0, 0)  # no keyctl number known for this machine
     sys.exit(0)
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
@@ -270,29 +286,27 @@ rings = [USER, USER_SESSION]
 persistent = libc.syscall(nr, GET_PERSISTENT, ctypes.c_long(-1), ctypes.c_long(PROCESS))
 if persistent > 0:
     rings.append(persistent)
-cleared = sum(libc.syscall(nr, CLEAR, ctypes.c_long(ring)) == 0 for ring in rings)
-print(cleared)
+cleared = failed = 0
+for ring in rings:
+    if libc.syscall(nr, CLEAR, ctypes.c_long(ring)) == 0:
+        cleared += 1
+    elif ctypes.get_errno() == 13:  # EACCES: a ring the user made unwritable, still full
+        failed += 1
+print(cleared, failed)
 """
 
 
 def remove_keys_of(user: tuple[int, int], python: str = sys.executable) -> Cleaned:
     """Empty the kernel keyrings of ``user`` (uid, gid) that outlive its processes: its user,
     user-session and persistent keyrings. Where the kernel refuses keyctl (a container's
-    seccomp profile), nothing could be kept there, and nothing is left."""
+    seccomp profile), nothing could be kept there, and nothing is left; a keyring the user
+    made unwritable (it may change its own rings' permissions) is left, and said."""
     try:
-        done = subprocess.run(
-            [python, "-I", "-S", "-c", _CLEAR_KEYS],
-            user=user[0],
-            group=user[1],
-            extra_groups=[],
-            cwd="/",
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
+        done = run_as(user, [python, "-I", "-S", "-c", _CLEAR_KEYS])
     except (OSError, subprocess.SubprocessError) as err:
         return Cleaned(0, [f"keyrings: {err}"])
-    said = done.stdout.strip()
-    if done.returncode != 0 or not said.isdigit():
-        return Cleaned(0, [f"keyrings: {said or done.stderr.strip()[-200:]}"])
-    return Cleaned(int(said))
+    said = done.stdout.split()
+    if done.returncode != 0 or len(said) != 2 or not all(n.isdigit() for n in said):
+        return Cleaned(0, [f"keyrings: {done.stdout.strip() or done.stderr.strip()[-200:]}"])
+    cleared, failed = map(int, said)
+    return Cleaned(cleared, [f"keyrings: {failed} could not be cleared"] if failed else [])

@@ -11,17 +11,21 @@
    earlier grading match nothing. The student's process never sees it; the instructor finds
    it in the log and in ``results.json``'s ``extra_data``, and ``--seed`` grades again with it.
 3. The submission is read as data (:mod:`.submission`: no links, no special files, sizes
-   capped), its practicals copied into a folder of their own, and each runs in a worker
-   process (:mod:`.worker`), as an unprivileged user when this process is root, with its
-   resources bounded. The checks run here and ask the reference's process for its answers;
-   the worker only computes the student's outputs for the inputs it is sent, as plain data.
+   capped), its practicals copied into a folder of their own. It is graded in phases (each
+   practical's visible checks, then each one's hidden checks), each in a place of its own
+   when this process is root: a bubblewrap sandbox, or a fresh user (:mod:`.isolation`).
+   Student code runs in worker processes (:mod:`.worker`) with their resources bounded. The
+   checks run here and ask the reference's process for its answers; the worker only
+   computes the student's outputs for the inputs it is sent, as plain data, and a reply
+   reaches a check only with the shape of the reference's reply to the same call.
 4. Every request to a worker has a deadline; an exercise that runs past its limit is stopped
    (its worker killed) and the next one gets a fresh worker. A submission has one time budget
    and one memory budget for all its processes together (``grading.toml``), and each of its
    processes starts with its limits already set (:mod:`.limits`). Whatever a submission does,
    its processes (and only those: this process adopts orphans, :func:`remote.become_subreaper`),
-   files and IPC objects are gone before the next starts (:mod:`.cleanup`), and its
-   ``results.json`` is written, its own in a batch.
+   files and IPC objects are gone before the next phase starts, and its ``results.json`` is
+   written, its own in a batch. This process keeps its own memory under a bound
+   (:func:`supervise` grades the rest of a batch in a fresh one if it dies).
 5. Whatever a student wrote is made safe before it is printed or logged (:func:`safe_text`).
    A batch is graded only from folders that the student's user cannot open, and no folder
    is named on the grader's command line (:func:`main` re-runs itself with the list in a
@@ -32,25 +36,27 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import platform
 import re
 import resource
 import secrets
+import stat
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
 import unicodedata
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 from m2l_nlp.fileio import write_json_atomic
 from m2l_nlp.grading.checks.catalog import load_exercises, read_settings
-from m2l_nlp.grading.checks.registry import CheckFailure, Exercise
+from m2l_nlp.grading.checks.registry import Check, CheckFailure, Exercise
 from m2l_nlp.grading.checks.report import results_json, score_table
 from m2l_nlp.grading.checks.runner import (
     CheckResult,
@@ -62,28 +68,36 @@ from m2l_nlp.grading.checks.runner import (
 )
 from m2l_nlp.grading.checks.settings import SettingsError
 from m2l_nlp.grading.checks.tools import seeded
-from m2l_nlp.grading.trusted.cleanup import (
-    Cleaned,
-    remove_files_of,
-    remove_ipc_of,
-    remove_keys_of,
-    remove_path,
-    writable_folders,
+from m2l_nlp.grading.trusted.cleanup import Cleaned, remove_path, writable_folders
+from m2l_nlp.grading.trusted.isolation import (
+    POOL_USER,
+    Isolation,
+    NoPlaceLeft,
+    Place,
+    mounts_under,
+    pool,
+    show_message_queues,
+    unmount,
 )
 from m2l_nlp.grading.trusted.limits import (
+    GRADER_MEMORY,
+    GRADER_OOM_SCORE,
     REFERENCE_OOM_SCORE,
     STUDENT_LIMITS,
     STUDENT_OOM_SCORE,
     MemoryWatch,
     TimeBudget,
     TmpfsGrowth,
+    bound_own_memory,
     detached_shared_memory,
+    ipc_namespaces,
     memory_files_of,
     set_oom_score,
 )
 from m2l_nlp.grading.trusted.recording import record
 from m2l_nlp.grading.trusted.remote import (
     READABLE,
+    USER_ENV,
     OutOfTime,
     RemoteNamespace,
     Worker,
@@ -107,6 +121,7 @@ LOAD_LIMIT_S = 60.0  # importing a practical file (JAX included)
 MESSAGE_CHARS = 2000
 LOG_CHARS = 20_000  # one line of the log (a traceback of student code, say)
 JOBS_FLAG = "--jobs-file"
+ISOLATION_ENV = "M2L_ISOLATION"  # "users": the fallback path even where a sandbox would start
 
 # Printed as escapes: every control, format, surrogate, private-use, unassigned and line or
 # paragraph separator character (terminal escapes, carriage returns that overwrite a line,
@@ -160,27 +175,28 @@ def _practicals(exercises: dict[str, Exercise]) -> list[str]:
 def _start(
     folder: Path,
     practical: str,
-    user: tuple[int, int] | None,
+    place: Place | None,
     home: Path | None = None,
     env: dict[str, str] | None = None,
     budget: TimeBudget | None = None,
 ) -> Worker:
     """A worker with ``folder/<practical>.py`` imported (raises what the import raised);
-    ``env``: more of its environment variables. ``home``: its HOME (the reference's); a
-    student's worker (``home`` None) gets a fresh empty one, and its limits before its
-    interpreter starts, so that nothing an earlier worker planted runs first."""
+    ``env``: more of its environment variables. ``home``: its HOME (the reference's, which
+    runs as this process's user). A student's worker (``home`` None) runs in ``place`` (its
+    sandbox or user; as this process's user where None, with a fresh HOME in ``folder``),
+    its limits set before its interpreter starts, so that nothing planted earlier runs
+    first."""
     student = home is None
-    if student:
+    if student and place is None:
         home = Path(tempfile.mkdtemp(prefix="home-", dir=folder))  # removed with the folder
-        if user is not None:
-            os.chown(home, *user)
     worker = Worker(
         folder,
-        user,
-        env={"HOME": str(home), **(env or {})},
+        place.user if place is not None else None,
+        env={"HOME": place.home if place is not None else str(home), **(env or {})},
         limits=STUDENT_LIMITS if student else None,
         oom_score=STUDENT_OOM_SCORE if student else None,
         budget=budget,
+        wrap=place.command if place is not None else None,
     )
     worker.limit, worker.deadline = LOAD_LIMIT_S, time.monotonic() + LOAD_LIMIT_S
     try:
@@ -278,95 +294,160 @@ def _stopped_message(limit: float) -> str:
     )
 
 
+@dataclasses.dataclass
+class PhaseRun:
+    """What grading one phase of a submission needs besides its exercises: the folder with
+    the student's files, the reference's process, each exercise's limit, the place the
+    student's code runs in (None: as this process's user), the submission's time budget and
+    its memory watch."""
+
+    folder: Path
+    reference: RemoteNamespace
+    limits: dict[str, float]
+    place: Place | None = None
+    budget: TimeBudget | None = None
+    watch: MemoryWatch | None = None
+
+
+class _StudentWorker:
+    """The student's worker of one phase: started when first needed, and again after one
+    was stopped."""
+
+    def __init__(self, run: PhaseRun, practical: str):
+        self.run, self.practical = run, practical
+        self.current: Worker | None = None
+
+    def get(self) -> Worker:
+        if self.current is None:
+            run = self.run
+            self.current = _start(run.folder, self.practical, run.place, budget=run.budget)
+        return self.current
+
+    def close(self) -> None:
+        if self.current is not None:
+            self.current.kill()
+            self.current = None
+
+
 def grade_practical(
-    exercises: dict[str, Exercise],
+    exercises: Iterable[Exercise] | dict[str, Exercise],
     practical: str,
     found: Found,
-    folder: Path,
-    user: tuple[int, int] | None,
-    reference: RemoteNamespace,
-    limits: dict[str, float],
-    budget: TimeBudget | None = None,
-    watch: MemoryWatch | None = None,
+    run: PhaseRun,
 ) -> list[ExerciseResult]:
-    """Grade one practical of the submission (its file already in ``folder``). The time the
-    reference's process takes to answer does not count against the student's limit, nor
-    against the submission's ``budget``."""
-    exercises = [ex for ex in exercises.values() if ex.practical == practical]
+    """Grade ``exercises`` of ``practical`` (its file already in ``run.folder``). The time
+    the reference's process takes to answer does not count against the student's limit,
+    nor against the submission's budget."""
+    items = exercises.values() if isinstance(exercises, dict) else exercises
+    exercises = [ex for ex in items if ex.practical == practical]
     if found.text is None:
         message = found.problem or (
             f"not started: the submission has no {practical}.py (nor a notebook of it)"
         )
         return _all_results(exercises, "error" if found.problem else "not started", message)
-    path = folder / f"{practical}.py"
+    student = _StudentWorker(run, practical)
+    failed = _import_failure(student, found)
+    if failed is not None:
+        return _all_results(exercises, *failed)
     try:
-        worker: Worker | None = _start(folder, practical, user, budget=budget)
+        return [_grade_exercise(ex, student, found) for ex in exercises]
+    finally:
+        student.close()
+
+
+def _import_failure(student: _StudentWorker, found: Found) -> tuple[str, str] | None:
+    """Start the phase's first worker: None, or ``(status, message)`` for every exercise
+    when the student's file does not import."""
+    run, practical = student.run, student.practical
+    try:
+        student.get()
     except CheckFailure as err:  # the file does not import: said once, for every exercise
-        return _all_results(exercises, "error", _own_words(err, folder, practical, found))
+        return "error", _own_words(err, run.folder, practical, found)
     except OutOfTime:
-        return _all_results(exercises, "failed", _out_of_time_message(budget))
+        return "failed", _out_of_time_message(run.budget)
     except WorkerStopped:
-        message = f"importing {practical}.py took more than {LOAD_LIMIT_S:g} s"
-        return _all_results(exercises, "error", message)
+        return "error", f"importing {practical}.py took more than {LOAD_LIMIT_S:g} s"
     except WorkerLost as lost:
-        message = _memory_message(watch) or (
+        return "error", _memory_message(run.watch) or (
             f"the process importing {practical}.py ended ({lost}): does it exit or crash?"
         )
-        return _all_results(exercises, "error", message)
-    results = []
-    for ex in exercises:
-        started = time.monotonic()
-        checks: list[CheckResult] = []
-        limit = limits[ex.name]
-        deadline = time.monotonic() + limit
-        stopped = ""
-        for chk in ex.checks:
-            if not stopped and budget is not None and budget.left() <= 0:
-                stopped = _out_of_time_message(budget)
-            if stopped:
-                checks.append(CheckResult(ex.name, chk.name, "failed", stopped))
-                continue
-            err: BaseException | None = None
-            try:
-                if worker is None:
-                    worker = _start(folder, practical, user, budget=budget)
-                worker.limit, worker.deadline = limit, deadline
-                reference.worker.pauses = worker
-                run_check(ex, chk, RemoteNamespace(worker), reference, [])
-            except WorkerGone as gone:
-                if reference.worker.gone is not None:
-                    raise  # the reference's own process: no verdict on the student's code
-                worker = None
-                if isinstance(gone, OutOfTime):
-                    stopped = _out_of_time_message(budget)
-                    checks.append(CheckResult(ex.name, chk.name, "failed", stopped))
-                elif isinstance(gone, WorkerStopped):
-                    checks.append(CheckResult(ex.name, chk.name, "failed", _stopped_message(limit)))
-                    stopped = "not run: an earlier check of this exercise was stopped"
-                elif isinstance(gone, CheckFailure):  # pragma: no cover - never both
-                    raise
-                else:
-                    message = _memory_message(watch) or (
-                        f"the process running your code ended ({gone}): does it call "
-                        "sys.exit() or os._exit(), or crash?"
-                    )
-                    checks.append(CheckResult(ex.name, chk.name, "failed", message))
-                continue
-            except Exception as caught:  # noqa: BLE001 - classified by outcome()
-                err = caught
-            finally:
-                reference.worker.pauses = None
-                reap_orphans({w.process.pid for w in (worker, reference.worker) if w})
-            deadline = worker.deadline if worker is not None else deadline  # pauses moved it
-            status, message = outcome(err, {str(path)})
-            message = _own_words(message, folder, practical, found)
-            if status == "not started":  # the student's own words, shown in the score table
-                message = " ".join(message.split())
-            checks.append(CheckResult(ex.name, chk.name, status, message))
-        results.append(ExerciseResult(ex, checks, seconds=time.monotonic() - started))
-    if worker is not None:
-        worker.kill()
-    return results
+    return None
+
+
+def _grade_exercise(ex: Exercise, student: _StudentWorker, found: Found) -> ExerciseResult:
+    """Run every check of ``ex`` within its limit; a stopped check fails the rest."""
+    run = student.run
+    started = time.monotonic()
+    limit = run.limits[ex.name]
+    deadline = started + limit
+    checks: list[CheckResult] = []
+    stopped = ""
+    for chk in ex.checks:
+        if not stopped and run.budget is not None and run.budget.left() <= 0:
+            stopped = _out_of_time_message(run.budget)
+        if stopped:
+            checks.append(CheckResult(ex.name, chk.name, "failed", stopped))
+            continue
+        result, stopped, deadline = _run_one_check(ex, chk, student, found, limit, deadline)
+        checks.append(result)
+    return ExerciseResult(ex, checks, seconds=time.monotonic() - started)
+
+
+def _run_one_check(
+    ex: Exercise,
+    chk: Check,
+    student: _StudentWorker,
+    found: Found,
+    limit: float,
+    deadline: float,
+) -> tuple[CheckResult, str, float]:
+    """One check's result, why the exercise's later checks are not run ("" if they are),
+    and the exercise's deadline (moved on while the reference answered)."""
+    run = student.run
+    reference = run.reference
+    err: BaseException | None = None
+    try:
+        worker = student.get()
+        worker.limit, worker.deadline = limit, deadline
+        reference.worker.pauses = worker
+        student_ns = RemoteNamespace(worker, declared_by=reference, about=chk.doc)
+        run_check(ex, chk, student_ns, reference, [])
+    except WorkerGone as gone:
+        if reference.worker.gone is not None:
+            raise  # the reference's own process: no verdict on the student's code
+        student.current = None
+        message, stopped = _gone_verdict(gone, run, limit)
+        return CheckResult(ex.name, chk.name, "failed", message), stopped, deadline
+    except Exception as caught:  # noqa: BLE001 - classified by outcome()
+        err = caught
+    finally:
+        reference.worker.pauses = None
+        reap_orphans({w.process.pid for w in (student.current, reference.worker) if w})
+    if student.current is not None:
+        deadline = student.current.deadline  # the reference's answers moved it
+    path = run.folder / f"{student.practical}.py"
+    status, message = outcome(err, {str(path)})
+    message = _own_words(message, run.folder, student.practical, found)
+    if status == "not started":  # the student's own words, shown in the score table
+        message = " ".join(message.split())
+    return CheckResult(ex.name, chk.name, status, message), "", deadline
+
+
+def _gone_verdict(gone: WorkerGone, run: PhaseRun, limit: float) -> tuple[str, str]:
+    """A check whose worker was stopped or ended: its message, and why the exercise's later
+    checks are not run ("" if they are, in a fresh worker)."""
+    if isinstance(gone, OutOfTime):
+        message = _out_of_time_message(run.budget)
+        return message, message
+    if isinstance(gone, WorkerStopped):
+        return _stopped_message(limit), "not run: an earlier check of this exercise was stopped"
+    if isinstance(gone, CheckFailure):  # pragma: no cover - never both
+        raise gone
+    message = _memory_message(run.watch) or (
+        "the process running your code ended "
+        f"({gone}): does it call sys.exit() or os._exit(), or crash?"
+    )
+    return message, ""
 
 
 def submission_seconds(settings_limit: float, limits: dict[str, float], practicals: int) -> float:
@@ -375,23 +456,37 @@ def submission_seconds(settings_limit: float, limits: dict[str, float], practica
     return min(settings_limit, sum(limits.values()) + practicals * LOAD_LIMIT_S)
 
 
+@dataclasses.dataclass
+class Phase:
+    """One practical's visible exercises, or its hidden ones: graded in a place of its own."""
+
+    practical: str
+    hidden: bool
+    exercises: list[Exercise]
+
+
+def phases(exercises: dict[str, Exercise], practicals: list[str]) -> list[Phase]:
+    """Every practical's visible phase, then every hidden one: a hidden check's inputs never
+    reach a place where a later visible check runs (and could show them in its messages)."""
+    found = []
+    for hidden in (False, True):
+        for practical in practicals:
+            chosen = [
+                ex for ex in exercises.values() if ex.practical == practical and ex.hidden == hidden
+            ]
+            if chosen:
+                found.append(Phase(practical, hidden, chosen))
+    return found
+
+
 def _grade_submission(
-    exercises: dict[str, Exercise],
-    submission: Path,
-    folder: Path,
-    practicals: list[str],
-    user: tuple[int, int] | None,
-    references: dict[str, tuple[RemoteNamespace, dict[str, float]]],
-    log: Callable[[str], None],
-    budget: TimeBudget | None = None,
-    watch: MemoryWatch | None = None,
-    between: Callable[[], None] | None = None,
+    batch: _Batch, submission: Path, folder: Path, budget: TimeBudget | None
 ) -> tuple[list[ExerciseResult], list[str]]:
-    """The results of one submission (in the current grading seed) and what to say first.
-    ``between()`` runs after each practical: what its student code left must not reach the
-    next one (which could show the questions of hidden checks in its visible messages)."""
+    """The results of one submission (in the current grading seed), in the catalog's order,
+    and what to say first. Each phase runs in a place of its own (:meth:`_Batch.open_place`)."""
+    exercises = batch.exercises
     try:
-        found = find_practicals(submission, practicals)
+        found = find_practicals(submission, batch.practicals)
     except SubmissionError as err:
         message = f"error: {safe_text(err)}"
         return _all_results(list(exercises.values()), "error", message), [message]
@@ -403,31 +498,30 @@ def _grade_submission(
         notes += [
             f"{practical}: {safe_text(note)}" for note in item.notes
         ]  # a problem: in its tests
-    results: list[ExerciseResult] = []
-    for practical in practicals:
-        reference, limits = references[practical]
-        try:
-            results += grade_practical(
-                exercises,
-                practical,
-                found[practical],
-                folder,
-                user,
-                reference,
-                limits,
-                budget,
-                watch,
-            )
-        except WorkerGone as gone:  # the reference's own process: nothing to blame the student
-            raise GraderBroken(f"the reference's process ended ({gone})") from None
-        except Exception as err:  # noqa: BLE001 - one practical's loss, never the other's
-            log("".join(traceback.format_exception(err)))
-            kept = [ex for ex in exercises.values() if ex.practical == practical]
-            message = f"the autograder could not grade {practical} ({type(err).__name__})"
-            results += _all_results(kept, "error", message)
-        if between is not None:
-            between()
-    return results, notes
+    graded: dict[str, ExerciseResult] = {}
+    for phase in phases(exercises, batch.practicals):
+        for result in _grade_phase(batch, phase, found[phase.practical], folder, budget):
+            graded[result.exercise.name] = result
+    return [graded[name] for name in exercises if name in graded], notes
+
+
+def _grade_phase(
+    batch: _Batch, phase: Phase, found: Found, folder: Path, budget: TimeBudget | None
+) -> list[ExerciseResult]:
+    """One phase's results, graded in a fresh place that ends with it."""
+    reference, limits = batch.references[phase.practical]
+    place = batch.open_place()  # NoPlaceLeft: the submission is not graded in this batch
+    try:
+        run = PhaseRun(folder, reference, limits, place, budget, batch.watch)
+        return grade_practical(phase.exercises, phase.practical, found, run)
+    except WorkerGone as gone:  # the reference's own process: nothing to blame the student
+        raise GraderBroken(f"the reference's process ended ({gone})") from None
+    except Exception as err:  # noqa: BLE001 - one phase's loss, never another's
+        batch.log("".join(traceback.format_exception(err)))
+        message = f"the autograder could not grade {phase.practical} ({type(err).__name__})"
+        return _all_results(phase.exercises, "error", message)
+    finally:
+        batch.end_place(place)
 
 
 def _write_practical(path: Path, text: str) -> None:
@@ -444,8 +538,8 @@ def _failed(output: str, seed: int | None = None) -> dict[str, Any]:
 
 
 class _Batch:
-    """What every submission of one grading shares: the references, the settings, the
-    student's user, the folders to clean, the memory watch, and the log."""
+    """What every submission of one grading shares: the references, the settings, where
+    student code runs (:class:`~.isolation.Isolation`), the memory watch, and the log."""
 
     def __init__(self, root: Path, scratch: Path, log: Callable[[str], None]):
         self.root, self.scratch, self.log = root, scratch, log
@@ -454,12 +548,11 @@ class _Batch:
         self.settings: Any = None
         self.exercises: dict[str, Exercise] = {}  # the catalog, the hidden checks included
         self.practicals: list[str] = []
-        self.user: tuple[int, int] | None = None
-        self.shared: list[str] = []
+        self.isolation: Isolation | None = None  # None: student code runs as this user
+        self.place: Place | None = None  # the phase's place now
         self.watch: MemoryWatch | None = None
-        # Set when a submission's leftovers could not all be removed: a later submission
-        # of the batch could read them, so none is graded after it.
-        self.tainted = ""
+        self.tmpfs: TmpfsGrowth | None = None
+        self._sandbox_shm = (0.0, 0)  # (when, bytes): a sandbox's segments, read once a second
 
     def keep(self) -> set[int]:
         """The reference's processes: never a submission's to count or kill."""
@@ -488,48 +581,66 @@ class _Batch:
         if problem:
             self.log(f"note: the reference's OOM score is left as it is: {problem}")
 
-    def clean(self, started: float, folder: Path, keep_folder: bool = False) -> None:
+    def open_place(self) -> Place | None:
+        """A fresh place for the next phase (None where student code runs as this user)."""
+        if self.isolation is None:
+            return None
+        self.place = self.isolation.open(time.time())
+        if self.tmpfs is not None:  # what earlier phases left is gone: count from here
+            self.tmpfs.student = self.place.user
+            self.tmpfs.reset()
+        return self.place
+
+    def end_place(self, place: Place | None) -> None:
+        """The phase's processes killed, and its place ended (:meth:`Isolation.close`)."""
+        self._step("processes", lambda: kill_descendants(self.keep()))
+        if place is not None and self.isolation is not None:
+            self._step("place", lambda: self.isolation.close(place))
+        self.place = None
+
+    def clean(self, folder: Path) -> None:
         """Everything a submission started or left goes; each step's errors are logged,
-        never raised. ``keep_folder``: between two practicals, the submission's files stay
-        and only its workers' homes in ``folder`` go."""
+        never raised."""
+        self._step("processes", lambda: kill_descendants(self.keep()))
+        done = self._step("folder", lambda: remove_path(folder))
+        if isinstance(done, Cleaned) and done.left:
+            self.log(f"cleanup (folder): {len(done.left)} left, e.g. {done.left[0]}")
 
-        def homes() -> Cleaned:
-            done = Cleaned()
-            for home in folder.glob("home-*"):
-                done.add(remove_path(home))
-            return done
+    def _step(self, what: str, step: Callable[[], Any]) -> Any:
+        try:
+            return step()
+        except Exception as err:  # noqa: BLE001 - logged; the next submission goes on
+            self.log(f"cleanup ({what}) failed: {err!r}")
+            return None
 
-        steps: list[tuple[str, Callable[[], Any]]] = [
-            ("processes", lambda: kill_descendants(self.keep())),
-            ("homes", homes) if keep_folder else ("folder", lambda: remove_path(folder)),
-        ]
-        if self.user is not None:
-            uid = self.user[0]
-            steps += [
-                ("files", lambda: remove_files_of(uid, started, self.shared)),
-                ("IPC objects", lambda: remove_ipc_of(uid)),
-                ("keyrings", lambda: remove_keys_of(self.user)),
-            ]
-        for what, step in steps:
-            try:
-                done = step()
-            except Exception as err:  # noqa: BLE001 - logged; the next submission goes on
-                self.log(f"cleanup ({what}) failed: {err!r}")
-                continue
-            if isinstance(done, Cleaned) and done.left:
-                self.log(f"cleanup ({what}): {len(done.left)} left, e.g. {done.left[0]}")
-                if what in ("files", "homes", "IPC objects", "keyrings"):
-                    self.tainted = (
-                        f"what an earlier submission left ({what}) could not all be removed, "
-                        "and a later one could read it: grade the rest of the batch again"
-                    )
+    def held_outside_processes(self, pids: set[int], exact: bool) -> int:
+        """Bytes the kernel holds for the submission's processes ``pids`` outside them: its
+        in-memory files, its detached System V segments, what its in-memory folders grew by.
+        In a sandbox all of those are its own; otherwise ``exact`` leaves out what other
+        users' files grew by (quick: the whole machine's growth)."""
+        held = memory_files_of(pids)
+        place = self.place
+        if place is not None and place.mount is not None:
+            when, shm = self._sandbox_shm
+            if time.monotonic() - when >= 1.0:  # a process started per namespace: not often
+                spaces = ipc_namespaces(pids).values()
+                shm = sum(detached_shared_memory(None, pid) for pid in spaces)
+                self._sandbox_shm = (time.monotonic(), shm)
+            return held + shm + place.used()
+        uid = place.user[0] if place is not None else os.getuid()
+        held += detached_shared_memory(uid)
+        if self.tmpfs is None:
+            return held
+        if not exact:
+            return held + self.tmpfs.grown()
+        # Without a user of its own, a submission's files cannot be told from others'
+        return held + (self.tmpfs.grown_by_student() if place is not None else 0)
 
 
 def _grade_one(batch: _Batch, number: int, submission: Path, seed: int) -> dict[str, Any]:
     """Grade one submission and return its results (always; anything it raised is its own
-    error), its processes, files and IPC objects gone."""
+    error, but :class:`NoPlaceLeft`), its processes, files and IPC objects gone."""
     log = batch.log
-    started = time.time()
     folder = batch.scratch / f"submission-{number}"
     notes: list[str] = []
     errors: list[str] = []
@@ -547,24 +658,15 @@ def _grade_one(batch: _Batch, number: int, submission: Path, seed: int) -> dict[
         allowance = REFERENCE_TIME_FACTOR * sum(batch.reference_seconds.values()) + 60
         budget = TimeBudget(seconds, allowance)
         with seeded(seed):
-            results, notes = _grade_submission(
-                batch.exercises,
-                submission,
-                folder,
-                batch.practicals,
-                batch.user,
-                batch.references,
-                log,
-                budget,
-                batch.watch,
-                between=lambda: batch.clean(started, folder, keep_folder=True),
-            )
+            results, notes = _grade_submission(batch, submission, folder, budget)
         blame_earlier(results)
         failed_imports = (c.message for r in results for c in r.checks if c.status == "error")
         errors = list(dict.fromkeys(failed_imports))
         data = results_json(results, [*notes, *errors], batch.settings)
         data["extra_data"] = {"seed": seed}
         table = score_table(results, len(batch.exercises))
+    except NoPlaceLeft:
+        raise
     except (Exception, WorkerGone) as err:  # noqa: BLE001 - this submission's loss only
         log("".join(traceback.format_exception(err)))
         data = _failed(
@@ -574,7 +676,7 @@ def _grade_one(batch: _Batch, number: int, submission: Path, seed: int) -> dict[
         )
         notes, errors, table = [], [], ""
     finally:  # nothing the student started or wrote outlives the grading
-        batch.clean(started, folder)
+        batch.clean(folder)
     for text in [*notes, *errors]:  # the student's words: their lines indented, as one note
         log("\n    ".join(safe_text(text).splitlines()))
     if table:
@@ -614,25 +716,122 @@ def installed_versions() -> str:
     return " ".join(found)
 
 
+SCRATCH_PREFIX = "m2l-grading-"
+MARKER = ".m2l-grader"  # in a scratch folder: the pid and start time of the grader using it
+
+
+def _process_start(pid: int) -> str:
+    """When process ``pid`` started (clock ticks since boot), or "" if there is none."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read()
+        return stat[stat.rfind(b")") + 2 :].split()[19].decode()
+    except (OSError, IndexError):
+        return ""
+
+
+def remove_abandoned_scratch(log: Callable[[str], None], top: str | None = None) -> int:
+    """Remove the scratch folders of graders that were killed (their marker names a process
+    that is gone), their sandboxes' mounts first: found by a marker that this user owns,
+    never through a link. Returns how many were removed."""
+    top = top or tempfile.gettempdir()
+    removed = 0
+    try:
+        entries = list(os.scandir(top))
+    except OSError:
+        return 0
+    for entry in entries:
+        if not entry.name.startswith(SCRATCH_PREFIX):
+            continue
+        try:
+            st = entry.stat(follow_symlinks=False)
+            marker = os.path.join(entry.path, MARKER)
+            mark = os.stat(marker, follow_symlinks=False)
+            if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid():
+                continue
+            if not stat.S_ISREG(mark.st_mode) or mark.st_uid != os.geteuid():
+                continue
+            fd = os.open(marker, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, encoding="ascii") as handle:
+                pid, started = handle.read(100).split()
+        except (OSError, ValueError):
+            continue
+        if _process_start(int(pid)) == started:
+            continue  # its grader still runs
+        for point in mounts_under(Path(entry.path)):
+            unmount(point)
+        left = remove_path(entry.path).left
+        removed += 1
+        log(f"removed what a killed grader left: {entry.path}" + (f" ({left[0]})" if left else ""))
+    return removed
+
+
+def _scratch(log: Callable[[str], None]) -> Path:
+    """This grading's scratch folder, marked as this process's (the next grader removes it
+    if this one is killed)."""
+    remove_abandoned_scratch(log)
+    scratch = Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
+    os.chmod(scratch, 0o755)
+    (scratch / MARKER).write_text(f"{os.getpid()} {_process_start(os.getpid())}\n")
+    return scratch
+
+
+def _isolation(batch: _Batch) -> Isolation | None:
+    """Where student code runs: bubblewrap sandboxes where they start here, else a user of
+    the pool per phase; None when this process is not root (it runs as this user)."""
+    names = [os.environ[USER_ENV]] if os.environ.get(USER_ENV) else None
+    if os.geteuid() != 0 or (names and names[0] == "root"):
+        return None
+    users = pool(names)
+    if not users:
+        raise WorkerUnavailable(
+            f"there is no user {names[0] if names else POOL_USER} to run student code as: "
+            f"create one (useradd --system {POOL_USER}; the autograder's setup.sh does) or "
+            f"set {USER_ENV}"
+        )
+    # said at once, not after the reference's checks
+    check_workers_start(batch.scratch, users[0], LOAD_LIMIT_S)
+    chosen = os.environ.get(ISOLATION_ENV, "")
+    if chosen not in ("", "users"):
+        raise WorkerUnavailable(f"{ISOLATION_ENV}={chosen}: the only choice it takes is users")
+    why_not = f"{ISOLATION_ENV}=users" if chosen else Isolation.probe(users[0], batch.scratch)
+    isolation = Isolation(users, batch.scratch, batch.log, sandbox=why_not is None)
+    if why_not is None:
+        batch.log("isolation: a bubblewrap sandbox per phase (practical, visible or hidden)")
+    else:
+        batch.log(f"isolation: a fresh user per phase, {len(users)} in the pool ({why_not})")
+        isolation.queues_unseen = show_message_queues()  # before: it may add /dev/mqueue
+        isolation.shared = writable_folders(*users[0])
+        batch.tmpfs = TmpfsGrowth(users[0])
+    return isolation
+
+
 def grade(
     jobs: Sequence[tuple[Path, Path]],
     root: Path | None = None,
     log: Callable[[str], None] = print,
     seed: int | None = None,
+    progress: int | None = None,
 ) -> list[dict[str, Any]]:
     """Grade each ``(submission folder, results.json path)`` of ``jobs`` (the reference is
     checked once for all) and write each results file, whatever a submission does; returns
     their contents. ``seed``: the grading seed of every submission (a fresh one each
-    otherwise). Raises :class:`GraderBroken` or :class:`WorkerUnavailable` (each results file
-    written, saying so) when no submission can be graded on this machine."""
+    otherwise). ``progress``: a file descriptor told ``start N`` and ``done N`` for each
+    (:func:`supervise` reads it). Raises :class:`GraderBroken` or :class:`WorkerUnavailable`
+    (each results file written, saying so) when no submission can be graded on this
+    machine, and :class:`NoPlaceLeft` (the rest logged, unwritten) when the pool of users
+    ran out."""
     root = root or repo_root()
     log = safe_log(log)
     log(f"versions: {installed_versions()}")
     become_subreaper()
-    scratch = Path(tempfile.mkdtemp(prefix="m2l-grading-"))
-    os.chmod(scratch, 0o755)
-    batch = _Batch(root, scratch, log)
+    batch = _Batch(root, _scratch(log), log)
     written = []
+
+    def tell(line: str) -> None:
+        if progress is not None:
+            os.write(progress, f"{line}\n".encode())
+
     try:
         try:
             try:
@@ -643,10 +842,7 @@ def grade(
             except Exception as err:  # noqa: BLE001 - the hidden checks' own import
                 raise GraderBroken(f"the hidden checks do not import: {err!r}") from None
             batch.practicals = _practicals(batch.exercises)
-            batch.user = unprivileged_user()
-            if batch.user is not None:  # said at once, not after the reference's checks
-                check_workers_start(scratch, batch.user, LOAD_LIMIT_S)
-                batch.shared = writable_folders(*batch.user)
+            batch.isolation = _isolation(batch)
             for practical in batch.practicals:
                 batch.check_reference(practical)
         except (GraderBroken, WorkerUnavailable) as err:
@@ -657,50 +853,35 @@ def grade(
                 write_json_atomic(results_path, _failed(f"The autograder could not grade: {said}"))
             log(f"error: {err}")
             raise
-        budget = int(batch.settings.memory_budget_mb * 2**20)
-        tmpfs = TmpfsGrowth(batch.user)
-        uid = batch.user[0] if batch.user is not None else os.getuid()
-
-        def held_by_the_kernel(pids: set[int]) -> int:
-            return detached_shared_memory(uid) + tmpfs.grown() + memory_files_of(pids)
-
-        def held_for_the_student(pids: set[int]) -> int:
-            # Other processes on the machine write in the in-memory folders too: what their
-            # files grew by is not the submission's. Without a user of its own, a
-            # submission's files cannot be told from theirs, and none are counted.
-            files = tmpfs.grown_by_student() if batch.user is not None else 0
-            return detached_shared_memory(uid) + files + memory_files_of(pids)
-
         batch.watch = MemoryWatch(
-            budget,
+            int(batch.settings.memory_budget_mb * 2**20),
             pids=lambda: descendants(batch.keep()),
             kill=lambda: signal_descendants(batch.keep()),
-            extra=held_by_the_kernel,
-            exact=held_for_the_student,
+            outside=batch.held_outside_processes,
         )
         with batch.watch:
             for number, (submission, results_path) in enumerate(jobs):
                 this_seed = seed if seed is not None else secrets.randbits(62) + 1
+                tell(f"start {number}")
                 if len(jobs) > 1:
                     log(f"== submission {number + 1} of {len(jobs)}: {results_path}")
                 again = f"python -m m2l_nlp.grading.trusted --seed {this_seed}"
                 log(f"grading seed {this_seed} ({again})")
                 batch.watch.reset()
-                tmpfs.reset()  # what earlier submissions left is cleaned: count from here
                 start = time.monotonic()
-                if batch.tainted:
-                    log(f"not graded: {batch.tainted}")
-                    data = _failed(
-                        "The autograder could not grade this submission in this batch; your "
-                        "instructor has the details (grade it on its own)",
-                        None,
+                try:
+                    data = _grade_one(batch, number, submission, this_seed)
+                except NoPlaceLeft as err:
+                    left = [str(p) for pair in jobs[number:] for p in pair]
+                    log(
+                        f"not graded: submissions {number + 1} to {len(jobs)} ({err}); grade "
+                        f"them in a fresh invocation: python -m m2l_nlp.grading.trusted "
+                        + " ".join(left)
                     )
-                    _write_results(results_path, data, log)
-                    written.append(data)
-                    continue
-                data = _grade_one(batch, number, submission, this_seed)
+                    raise
                 log(f"submission graded in {time.monotonic() - start:.1f} s")
                 _write_results(results_path, data, log)
+                tell(f"done {number}")
                 written.append(data)
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
         log(
@@ -711,7 +892,9 @@ def grade(
         for ref, _ in batch.references.values():
             ref.worker.kill()
         kill_descendants()
-        remove_path(scratch)
+        for point in mounts_under(batch.scratch):
+            unmount(point)
+        remove_path(batch.scratch)
     return written
 
 
@@ -748,6 +931,95 @@ def readable_by(user: tuple[int, int], paths: Sequence[Path], mode: str = "r") -
     return json.loads(done.stdout)
 
 
+CHILD_FLAG = "--grader-state"  # hidden: a supervised grader's jobs, in a root-only file
+EXIT_OVER_MEMORY = 75  # a grader that crossed its own memory bound
+
+
+def supervise(jobs: list[tuple[Path, Path]], seed: int | None) -> int:
+    """Grade ``jobs`` in a grader process of their own; when that process dies (past its
+    own memory bound, or killed by the kernel), the submission it was grading gets a
+    results file that says it could not be graded, and the rest go on in a fresh grader.
+    Returns the last grader's exit status."""
+    set_oom_score(os.getpid(), GRADER_OOM_SCORE)
+    become_subreaper()
+    first = 0
+    while True:
+        fd, state = tempfile.mkstemp(prefix="m2l-grader-", suffix=".json")  # mode 0600
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(
+                {"pairs": [str(p) for pair in jobs[first:] for p in pair], "seed": seed}, handle
+            )
+        with tempfile.TemporaryFile() as progress:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            command = [sys.executable, "-m", "m2l_nlp.grading.trusted", CHILD_FLAG, state]
+            code = subprocess.run(
+                [*command, str(progress.fileno())], pass_fds=(progress.fileno(),)
+            ).returncode
+            progress.seek(0)
+            told = [
+                line.split() for line in progress.read().decode("ascii", "replace").splitlines()
+            ]
+        with contextlib.suppress(OSError):
+            os.unlink(state)
+        kill_descendants()  # what the dead grader started
+        if code in (0, 1, 2, 3):  # it finished (or said, in its results files, why not)
+            return code
+        started = [int(line[1]) for line in told if line[:1] == ["start"]]
+        done = {int(line[1]) for line in told if line[:1] == ["done"]}
+        lost = [n for n in started if n not in done]
+        why = (
+            "its grader crossed its memory bound"
+            if code == EXIT_OVER_MEMORY
+            else (f"its grader was killed ({code})")
+        )
+        if not lost:  # it died before any submission (or between two): none is its fault
+            for _, results_path in jobs[first + len(done) :]:
+                write_json_atomic(results_path, _failed(f"The autograder could not grade: {why}"))
+            print(f"error: the grader died outside any submission: {why}", file=sys.stderr)
+            return 1
+        number = first + lost[0]
+        print(f"submission {number + 1}: not graded, {why}; the rest in a fresh grader", flush=True)
+        write_json_atomic(
+            jobs[number][1],
+            _failed(
+                "The autograder could not grade this submission: grading it took the grader "
+                "past its memory bound; your instructor has the details"
+            ),
+        )
+        first = number + 1
+        if first >= len(jobs):
+            return 0
+
+
+def _graded_child(state: str, progress: int) -> int:
+    """The supervised grader: its jobs from ``state`` (removed once read), its progress told
+    to the file descriptor ``progress``, its own memory bounded."""
+    pairs, seed = _read_jobs(state)
+    jobs = [(Path(s), Path(r)) for s, r in zip(pairs[::2], pairs[1::2], strict=True)]
+    problem = set_oom_score(os.getpid(), GRADER_OOM_SCORE)
+    if problem:
+        print(f"note: the grader's OOM score is left as it is: {problem}", flush=True)
+
+    def over(held: int) -> None:
+        print(
+            f"error: the grader holds {held / 2**20:.0f} MB, over its bound of "
+            f"{GRADER_MEMORY / 2**20:.0f} MB: this submission is abandoned",
+            flush=True,
+        )
+        os._exit(EXIT_OVER_MEMORY)
+
+    bound_own_memory(int(os.environ.get("M2L_GRADER_MEMORY_MB", 0)) << 20 or GRADER_MEMORY, over)
+    try:
+        grade(jobs, seed=seed, progress=progress)
+    except (GraderBroken, WorkerUnavailable) as err:
+        print(f"error: {safe_text(err)}", file=sys.stderr)
+        return 1
+    except NoPlaceLeft:
+        return 3
+    return 0
+
+
 def _hide_jobs(pairs: list[str], seed: int | None) -> None:
     """Run this grader again with ``pairs`` in a root-only file instead of its command line,
     which every user can read in /proc: a student's code must not learn where its
@@ -781,6 +1053,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="the grading seed (as logged for a submission, to grade it again the same way)",
     )
     parser.add_argument(JOBS_FLAG, help=argparse.SUPPRESS)
+    parser.add_argument(CHILD_FLAG, nargs=2, help=argparse.SUPPRESS)
     parser.add_argument(
         "pairs",
         nargs="*",
@@ -791,6 +1064,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     from_command_line = argv is None
     args = parser.parse_args(argv)
+    if args.grader_state:
+        return _graded_child(args.grader_state[0], int(args.grader_state[1]))
     pairs, seed = _read_jobs(args.jobs_file) if args.jobs_file else (args.pairs, args.seed)
     if not pairs or len(pairs) % 2:
         parser.error("give a results path after each submission folder")
@@ -820,11 +1095,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 2
             if from_command_line:
                 _hide_jobs(pairs, seed)
-        grade(jobs, seed=seed)
-    except (GraderBroken, WorkerUnavailable) as err:
+    except WorkerUnavailable as err:
         print(f"error: {safe_text(err)}", file=sys.stderr)
         return 1
-    return 0
+    return supervise(jobs, seed)
 
 
 if __name__ == "__main__":

@@ -15,10 +15,11 @@ import math
 import os
 import resource
 import stat
+import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 # One student process's limits: address space (JAX on the CPU runs in well under 2 GiB),
 # processes and threads of its user, bytes in one file, no core files.
@@ -29,7 +30,9 @@ STUDENT_LIMITS = {
     "RLIMIT_CORE": 0,
 }
 STUDENT_OOM_SCORE = 1000  # the kernel's OOM killer takes student code first...
-REFERENCE_OOM_SCORE = -900  # ...and the reference's processes last (needs CAP_SYS_RESOURCE)
+REFERENCE_OOM_SCORE = -900  # ...then the reference's processes (needs CAP_SYS_RESOURCE)...
+GRADER_OOM_SCORE = -1000  # ...and never the grader, which bounds its own memory instead
+GRADER_MEMORY = 1 << 30  # the root grader's own bound (its reference workers apart)
 
 _LAUNCHER = """\
 import json, os, resource, sys
@@ -132,26 +135,53 @@ def memory_files_of(pids: Iterable[int]) -> int:
     return sum(seen.values())
 
 
-def detached_shared_memory(uid: int) -> int:
-    """Bytes held by user ``uid``'s System V shared memory segments that no process has
-    attached: the kernel keeps them, and no process's memory counts them (attached ones are
-    in their processes' PSS)."""
+def detached_shared_memory(uid: int | None, pid: int | None = None) -> int:
+    """Bytes held by the System V shared memory segments that no process has attached (user
+    ``uid``'s; every one where None): the kernel keeps them, and no process's memory counts
+    them (attached ones are in their processes' PSS). ``pid``: those of that process's IPC
+    namespace (a sandbox's, read through ``nsenter``), else this process's."""
     try:
-        with open("/proc/sysvipc/shm", encoding="ascii") as handle:
-            header = handle.readline().split()
-            rows = [line.split() for line in handle]
+        if pid is None:
+            with open("/proc/sysvipc/shm", encoding="ascii") as handle:
+                text = handle.read()
+        else:
+            text = subprocess.run(
+                ["nsenter", "--target", str(pid), "--ipc", "cat", "/proc/sysvipc/shm"],
+                capture_output=True,
+                text=True,
+                timeout=10,
+            ).stdout
+        header, *rows = (line.split() for line in text.splitlines())
         size = header.index("rss") if "rss" in header else header.index("size")
         owner, creator, attached = (header.index(c) for c in ("uid", "cuid", "nattch"))
-    except (OSError, ValueError):
+    except (OSError, ValueError, subprocess.SubprocessError):
         return 0
     total = 0
     for row in rows:
         try:
-            if uid in (int(row[owner]), int(row[creator])) and int(row[attached]) == 0:
+            mine = uid is None or uid in (int(row[owner]), int(row[creator]))
+            if mine and int(row[attached]) == 0:
                 total += int(row[size])
         except (ValueError, IndexError):
             continue
     return total
+
+
+def ipc_namespaces(pids: Iterable[int]) -> dict[str, int]:
+    """One process of each IPC namespace that ``pids`` are in, other than this process's."""
+
+    def namespace(pid: int | str) -> str:
+        try:
+            return os.readlink(f"/proc/{pid}/ns/ipc")
+        except OSError:
+            return ""
+
+    own, found = namespace("self"), {}
+    for pid in pids:
+        name = namespace(pid)
+        if name and name != own:
+            found.setdefault(name, pid)
+    return found
 
 
 class TmpfsGrowth:
@@ -238,16 +268,21 @@ class MemoryWatch:
     """A thread that adds up the memory of a submission's processes (``pids()``) every
     ``interval`` seconds and kills them all when they hold more than ``budget`` bytes
     together: per-process limits cannot make a total. ``tripped``: the total that it
-    stopped, until :meth:`reset`. ``extra(pids)``: more bytes to count (System V segments
-    and in-memory files the submission left, which no process's size shows), quickly and
-    perhaps too many; ``exact(pids)``: the same counted exactly, asked before killing."""
+    stopped, until :meth:`reset`. ``outside(pids, exact)``: the bytes the kernel holds for
+    them outside any process (System V segments, in-memory files), quickly and perhaps too
+    many (``exact`` False), or counted exactly: asked before killing, at most every
+    ``exact_every`` seconds (between two, the last exact count stands)."""
 
-    def __init__(self, budget: int, pids, kill, interval: float = 0.1, extra=None, exact=None):
+    def __init__(
+        self, budget: int, pids, kill, interval: float = 0.1, outside=None, exact_every=1.0
+    ):
         self.budget, self._pids, self._kill, self.interval = budget, pids, kill, interval
-        self._extra = extra  # memory the kernel holds for them outside any process
-        self._exact = exact  # slower: only when the quick count is over the budget
+        self._outside = outside
+        self.exact_every = exact_every
+        self._exact: tuple[float, int] | None = None  # (when, bytes) of the last exact count
         self.tripped: int | None = None
         self.peak = 0
+        self.exact_counts = 0
         self.paused = False  # while the reference's own process starts (not the student's)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="memory-watch", daemon=True)
@@ -261,8 +296,15 @@ class MemoryWatch:
         self._thread.join()
 
     def reset(self) -> int | None:
-        tripped, self.tripped = self.tripped, None
+        tripped, self.tripped, self._exact = self.tripped, None, None
         return tripped
+
+    def _exactly(self, pids: set[int]) -> int:
+        now = time.monotonic()
+        if self._exact is None or now - self._exact[0] >= self.exact_every:
+            self._exact = (now, self._outside(pids, True))
+            self.exact_counts += 1
+        return self._exact[1]
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -271,12 +313,27 @@ class MemoryWatch:
             try:
                 pids = self._pids()
                 processes = sum(memory_of(pid) for pid in pids)
-                total = processes + (self._extra(pids) if self._extra is not None else 0)
-                if total > self.budget and self._exact is not None:
-                    total = processes + self._exact(pids)
+                total = processes + (self._outside(pids, False) if self._outside else 0)
+                if total > self.budget and self._outside is not None:
+                    total = processes + self._exactly(pids)
                 self.peak = max(self.peak, total)
                 if total > self.budget:
                     self.tripped = total
                     self._kill()
             except Exception:  # noqa: BLE001 - a watch that dies would bound nothing
                 continue
+
+
+def bound_own_memory(bound: int, over: Callable[[int], None], interval: float = 0.2) -> None:
+    """Start a thread that calls ``over(bytes)`` once when this process holds more than
+    ``bound`` bytes (the root grader's own bound; ``over`` ends the process)."""
+
+    def watch() -> None:
+        while True:
+            time.sleep(interval)
+            held = memory_of(os.getpid())
+            if held > bound:
+                over(held)
+                return
+
+    threading.Thread(target=watch, name="own-memory", daemon=True).start()

@@ -3,9 +3,9 @@
 # `make autograder` is unpacked in $AUTOGRADER_ROOT/source). It installs the course library
 # (not editable) into the `python3` found on PATH, where every user can read it, with exactly
 # the versions that the course tested for that Python (python3.X.txt beside this file), and makes
-# the reference solutions readable by root only: student code runs as an unprivileged user of
-# its own, m2l-student (created here if the image lacks it), so that the limits on its
-# processes count nothing else.
+# the reference solutions readable by root only: student code runs as unprivileged users of
+# its own, m2l-student and m2l-student-1 to -7 (created here if the image lacks them), so that
+# the limits on its processes count nothing else.
 set -euo pipefail
 ROOT="${AUTOGRADER_ROOT:-/autograder}"
 SOURCE="$ROOT/source"
@@ -43,10 +43,20 @@ for name, version in wanted.items():
 if wrong:
     sys.exit("m2l-nlp autograder: installed versions differ from the tested ones: " + ", ".join(wrong))
 PY
-if ! id m2l-student >/dev/null 2>&1; then
-  useradd --system --no-create-home --shell /usr/sbin/nologin m2l-student 2>/dev/null ||
-    adduser --system --no-create-home m2l-student >/dev/null 2>&1 ||
-    echo "could not create the user m2l-student: student code will run as nobody"
+# Student code runs in a bubblewrap sandbox per phase where the kernel lets this image make
+# namespaces; else as a fresh user of this pool per phase (docs/grading.md).
+if ! command -v bwrap >/dev/null 2>&1; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1 ||
+    { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null 2>&1; } ||
+    echo "could not install bubblewrap: student code will run as a fresh user per phase"
 fi
+for user in m2l-student m2l-student-1 m2l-student-2 m2l-student-3 m2l-student-4 \
+  m2l-student-5 m2l-student-6 m2l-student-7; do
+  if ! id "$user" >/dev/null 2>&1; then
+    useradd --system --no-create-home --shell /usr/sbin/nologin "$user" 2>/dev/null ||
+      adduser --system --no-create-home "$user" >/dev/null 2>&1 ||
+      echo "could not create the user $user: the pool of users is smaller"
+  fi
+done
 chmod -R go-rwx "$SOURCE/solutions"
 python3 -c 'import m2l_nlp.grading.trusted.grader' && echo "m2l-nlp autograder installed"
