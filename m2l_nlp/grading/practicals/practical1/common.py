@@ -26,6 +26,18 @@ EXERCISES = exercises(PRACTICAL, (
 ))
 # fmt: on
 
+# The axes of the main replies, named in the message when a student's reply does not fit the
+# reference's (m2l_nlp.grading.checks.replies): a function's entry is its axes; a build's,
+# keyed "module.build", the module it runs and its axes.
+REPLY_AXES = {
+    "multi_hot": "(B, V)",
+    "bag_of_bigrams": "(B, V)",
+    "tfidf": "(B, V)",
+    "fit_idf": "(V,)",
+    "models._mlp": ("MLPClassifier", "(B,)"),
+    "models._lstm": ("LSTMClassifier", "(B,)"),
+}
+
 
 def random_batch(rng: np.random.Generator, batch: int, length: int, vocab: int):
     """Ids `(batch, length)` with repeats, right padding holding junk ids, and the mask."""

@@ -38,6 +38,22 @@ EXERCISES = exercises(PRACTICAL, (
 
 B, S, D, H, FF = 2, 5, 12, 3, 20  # d_head = 4 != H, so a head split in the wrong order shows
 
+# The axes of the main replies, named in the message when a student's reply does not fit the
+# reference's (m2l_nlp.grading.checks.replies): a function's entry is its axes; a build's,
+# keyed "module.build", the module it runs and its axes (a tuple: one per item of a tuple).
+REPLY_AXES = {
+    "scaled_dot_product": ("(..., Sq, Dv)", "(..., Sq, Sk)"),
+    "sinusoidal_encoding": "(max_len, D)",
+    "masked_pool": "(B, D)",
+    "attention._emb": ("MaskedEmbedding", "(B, S, D)"),
+    "attention._mha": ("MultiheadAttention", ("(B, Sq, D)", "(B, h, Sq, Sk)")),
+    "blocks._ffn": ("PositionwiseFeedForward", "(B, S, D)"),
+    "blocks._block": ("EncoderBlock", ("(B, S, D)", "(B, h, S, S)")),
+    "blocks._encoder": ("TransformerEncoder", "(B, S, D)"),
+    "positional._pe": ("PositionalEncoding", "(B, S, D)"),
+    "classifier._clf": ("TransformerClassifier", "(B,)"),
+}
+
 VOCAB, E = 30, D  # the same sizes everywhere: JAX compiles each operation once
 
 

@@ -55,6 +55,23 @@ EXERCISES = exercises(PRACTICAL, (
 B, S, D, H, FF = 2, 6, 12, 3, 20  # d_head = 4 != H, as in practical 2
 VOCAB = 11  # a small character vocabulary (id 0 is padding)
 
+# The axes of the main replies, named in the message when a student's reply does not fit the
+# reference's (m2l_nlp.grading.checks.replies): a function's entry is its axes; a build's,
+# keyed "module.build", the module it runs and its axes (a tuple: one per item of a tuple).
+REPLY_AXES = {
+    "causal_mask": "(S, S)",
+    "sample_next": "(B,)",
+    "shift_right": "(B, T)",
+    "decoder._block": ("DecoderBlock", ("(B, S, D)", "(B, h, S, S)")),
+    "decoder._decoder": ("TransformerDecoder", "(B, S, D)"),
+    "language_model._lm": ("CharLanguageModel", "(B, S, V)"),
+    "writing._cached": ("attend_with_cache", ("(B, S, D)", "(B, h, L, D/h)", "(B, h, L, D/h)")),
+    "translation._block": ("TranslationBlock", ("(B, T, D)", "(B, h, T, T)", "(B, h, T, S)")),
+    "translation._transformer": ("Transformer", None),
+    "translation._decode": ("Transformer.decode", "(B, T, V)"),
+    "translation._greedy": ("greedy_decode", "(B, L)"),
+}
+
 
 def padded(rng: np.random.Generator, batch: int = B, length: int = S) -> np.ndarray:
     """A padding mask `(batch, length)`: the first row full, the last one 2 shorter."""
