@@ -229,7 +229,7 @@ _REPLIES = (
     lambda s: _np.zeros((1 << 22,), _np.int8),  # as many elements as one reply may hold
     lambda s: _np.full(s, _np.nan, _np.float32),
     lambda s: _np.ones(s, _np.complex64),
-    lambda s: _np.ones(s, _np.int32),
+    lambda s: _np.ones((*s, 2), _np.int32),  # never the right shape: ids would pass as ids
     lambda s: _np.full(s, 1e308, _np.float64),
     lambda s: (_np.zeros((20000, 1), _np.float32), _np.zeros((1, 20000), _np.float32)) * 2,
     lambda s: tuple(_np.full(s, _np.nan, _np.float32) for _ in range(4)),
