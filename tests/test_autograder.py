@@ -533,7 +533,7 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
     attack = new("reads_keys_and_queues")
     _stubs(attack)
     _replace(attack, P2, "def scaled_dot_product(", READ_KEYS_AND_QUEUES)
-    # practical 2 keeps what every check asked in its keyring; practical 3 shows it
+    # practical 2 keeps what every check asked in its keyring and a queue; practical 3 shows it
     attack = new("hidden_inputs_through_the_keyring")
     _solved(attack, P1, P2, P3)
     _with(attack, P2, KEEP_QUESTIONS_IN_THE_KEYRING)
@@ -571,21 +571,28 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
 
 # keyctl and add_key by number (x86_64), as a student would; the keyring's permissions: the
 # possessor and the user may view, read, search and link, but no longer write (nor clear).
+# keyctl and add_key by number (x86_64), as a student would, in the user keyring (it lives
+# while any process of the user does: the batch's bystander); the ring's permissions then:
+# the possessor and the user may view, read, search and link, but no longer write (nor clear).
 KEYS = """
 import ctypes as _c
 _libc = _c.CDLL(None, use_errno=True)
 _libc.syscall.restype = _c.c_long
-_USER_RING, _NO_WRITE = -4, 0x1B1B0000
+_NO_WRITE, _RING = 0x1B1B0000, -4  # the user keyring
 
 
 def _add_key(name, data):
-    key = _libc.syscall(248, b"user", name, data, _c.c_size_t(len(data)), _c.c_long(_USER_RING))
+    key = _libc.syscall(248, b"user", name, data, _c.c_size_t(len(data)), _c.c_long(_RING))
     _libc.syscall(250, 5, _c.c_long(key), _c.c_long(0x3F3F0000))  # the user may read it too
     return key
 
 
+def _lock_ring():
+    return _libc.syscall(250, 5, _c.c_long(_RING), _c.c_long(_NO_WRITE))  # KEYCTL_SETPERM
+
+
 def _read_key(name):
-    key = _libc.syscall(250, 10, _c.c_long(_USER_RING), b"user", name, 0)  # KEYCTL_SEARCH
+    key = _libc.syscall(250, 10, _c.c_long(_RING), b"user", name, 0)  # KEYCTL_SEARCH
     if key < 0:
         return None
     buffer = _c.create_string_buffer(4096)
@@ -607,7 +614,7 @@ LEAVE_KEYS_AND_QUEUES = (
     KEYS
     + """
 _add_key(b"m2l-5d2c", b"left by a classmate 5d2c")
-_libc.syscall(250, 5, _c.c_long(_USER_RING), _c.c_long(_NO_WRITE))  # KEYCTL_SETPERM
+_lock_ring()
 _queue = _libc.mq_open(b"/m2l-5d2c", 0o100 | 2, 0o666, None)  # O_CREAT | O_RDWR
 if _queue >= 0:
     _libc.mq_send(_queue, b"left by a classmate 5d2c", 24, 0)
@@ -636,8 +643,12 @@ _scaled_dot_product = scaled_dot_product
 
 def scaled_dot_product(q, k, v, mask=None):
     _asked.append(f"q{tuple(q.shape)}")
-    _add_key(b"m2l-asked-5d2c", ("asked-5d2c " + " ".join(_asked[-40:])).encode())
-    _libc.syscall(250, 5, _c.c_long(_USER_RING), _c.c_long(_NO_WRITE))
+    said = ("asked-5d2c " + " ".join(_asked[-40:])).encode()
+    _add_key(b"m2l-asked-5d2c", said)
+    _lock_ring()
+    queue = _libc.mq_open(b"/m2l-asked-5d2c", 0o100 | 2, 0o666, None)  # and a POSIX queue
+    if queue >= 0:
+        _libc.mq_send(queue, said[:8192], len(said[:8192]), 0)
     return _scaled_dot_product(q, k, v, mask)
 """
 )
@@ -646,6 +657,11 @@ SHOW_THE_KEYRING = (
     KEYS
     + """
 _found = _read_key(b"m2l-asked-5d2c")
+_queue = _libc.mq_open(b"/m2l-asked-5d2c", 0o4000, 0, None)  # O_RDONLY | O_NONBLOCK
+if _queue >= 0:
+    _message = _c.create_string_buffer(1 << 16)
+    _size = _libc.mq_receive(_queue, _message, 1 << 16, None)
+    _found = (_found or "") + _message.raw[: max(_size, 0)].decode(errors="replace")
 if _found:
     raise ImportError(_found)
 """
@@ -1074,7 +1090,8 @@ def test_import_errors_that_cannot_be_printed_or_forge_the_log_are_escaped(grade
 def test_replies_that_would_grow_in_the_grader_fail_and_its_memory_stays_bounded(graded):
     tests = _tests(graded.results["replies_that_grow_in_the_grader"])
     assert tests["positionwise_feed_forward"]["score"] == 0
-    assert "shape (30000, 1) in training mode" in tests["positionwise_feed_forward"]["output"]
+    said = "PositionwiseFeedForward returned shape (1, 30000) float32; the check expects (B, S, D)"
+    assert said in tests["positionwise_feed_forward"]["output"]
     assert tests["encoder_block"]["score"] == 0
     assert "shape (1073741824, 0)" in tests["encoder_block"]["output"]
     assert tests["scaled_dot_product"]["score"] == tests["scaled_dot_product"]["max_score"]

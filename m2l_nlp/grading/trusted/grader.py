@@ -410,7 +410,8 @@ def _run_one_check(
         worker = student.get()
         worker.limit, worker.deadline = limit, deadline
         reference.worker.pauses = worker
-        student_ns = RemoteNamespace(worker, declared_by=reference, about=chk.doc)
+        about = chk.func.__doc__ or chk.doc
+        student_ns = RemoteNamespace(worker, declared_by=reference, about=about)
         run_check(ex, chk, student_ns, reference, [])
     except WorkerGone as gone:
         if reference.worker.gone is not None:

@@ -20,13 +20,14 @@ import subprocess
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
 
 from m2l_nlp.devices import checking_xla_flags
-from m2l_nlp.grading.checks import wire
+from m2l_nlp.grading.checks import replies, wire
 from m2l_nlp.grading.checks.registry import CheckFailure
 from m2l_nlp.grading.checks.runner import StudentError
 from m2l_nlp.grading.checks.tools import BuildSpec, Elsewhere, ElsewhereFunction
@@ -198,6 +199,7 @@ class Worker:
         limits: resource limits set before its interpreter starts (student code's).
         oom_score: its OOM score adjustment, set likewise.
         budget: the submission's time, which caps every deadline of this worker.
+        wrap: ``wrap(command, cwd)`` is what runs instead of ``command`` (a sandbox's).
     """
 
     def __init__(
@@ -209,6 +211,7 @@ class Worker:
         limits: dict[str, int] | None = None,
         oom_score: int | None = None,
         budget: TimeBudget | None = None,
+        wrap: Callable[[list[str], Path], list[str]] | None = None,
     ):
         to_worker_r, self._to_worker = os.pipe()
         self._from_worker, from_worker_w = os.pipe()
@@ -230,6 +233,8 @@ class Worker:
             limits,
             oom_score,
         )
+        if wrap is not None:
+            command = wrap(command, cwd)
         try:
             self.process = self._spawn(
                 command, extra, to_worker_r, from_worker_w, log, cwd, environ
@@ -443,42 +448,130 @@ def _student_error_class(builtin: type[Exception]) -> type[StudentError]:
 class RemoteFunction(ElsewhereFunction):
     """A student's function called in the worker; arguments and result are plain data."""
 
-    def __init__(self, worker: Worker, name: str, jit: list[int] | None = None):
-        self.worker, self.name, self.jit = worker, name, jit
+    def __init__(self, namespace: RemoteNamespace, name: str, jit: list[int] | None = None):
+        self.namespace, self.name, self.jit = namespace, name, jit
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        return self.worker.request(
-            {"op": "call", "name": self.name, "args": list(args), "kwargs": kwargs, "jit": self.jit}
-        )
+        request = {
+            "op": "call",
+            "name": self.name,
+            "args": list(args),
+            "kwargs": kwargs,
+            "jit": self.jit,
+        }
+        return self.namespace._ask(request, self.name)
 
     def jitted(self, static_argnums: tuple[int, ...] = ()) -> RemoteFunction:
-        return RemoteFunction(self.worker, self.name, jit=list(static_argnums))
+        return RemoteFunction(self.namespace, self.name, jit=list(static_argnums))
+
+
+MEMO_ENTRIES = 64  # the reference's latest replies kept (a check asks the same question twice)
+MEMO_ELEMENTS = 1 << 22  # and at most this many array elements among them
 
 
 class RemoteNamespace(Elsewhere):
-    """The student's module as the checks see it, running in ``worker``."""
+    """The student's module as the checks see it, running in ``worker``.
 
-    def __init__(self, worker: Worker):
+    ``declared_by``: the reference's namespace. Every reply (of a call or a haiku build) is
+    then checked against the reference's reply to the same request before the check sees it
+    (:func:`~m2l_nlp.grading.checks.replies.fit`); ``about`` (the check's description) ends
+    the message of a reply that does not fit. From then on, the reference's namespace keeps
+    its latest replies, so that the check's own identical question costs nothing more (not
+    before: the reference's own pass is timed, and sets the student's limits).
+    """
+
+    def __init__(self, worker: Worker, declared_by: RemoteNamespace | None = None, about: str = ""):
         self.worker = worker
+        self.declared_by = declared_by
+        self.about = about
+        self._memo: dict[str, tuple[bool, Any]] = {}  # digest -> (raised, reply), oldest first
+        self._remembers = False
+        if declared_by is not None:
+            declared_by._remembers = True
 
     def __getattr__(self, name: str) -> RemoteFunction:
         if name.startswith("_"):
             raise AttributeError(name)
-        return RemoteFunction(self.worker, name)
+        return RemoteFunction(self, name)
 
     def source(self, name: str) -> str | None:
-        return self.worker.request({"op": "source", "name": name})
+        text = self.worker.request({"op": "source", "name": name})
+        return text if isinstance(text, str) else None  # bounded by the wire; nothing else
 
     def run_haiku(
         self, build: BuildSpec, params: Any, args: tuple, key: Any = None, jit: bool = False
     ) -> Any:
-        return self.worker.request(
-            {
-                "op": "haiku",
-                "build": build.plain(),
-                "params": params,
-                "args": list(args),
-                "key": None if key is None else np.asarray(key),
-                "jit": jit,
-            }
-        )
+        request = {
+            "op": "haiku",
+            "build": build.plain(),
+            "params": params,
+            "args": list(args),
+            "key": None if key is None else np.asarray(key),
+            "jit": jit,
+        }
+        return self._ask(request, f"{build.module.rsplit('.', 1)[-1]}.{build.name}")
+
+    def _ask(self, request: dict[str, Any], key: str) -> Any:
+        """The reply to ``request``; ``key`` names what answers it (a function, or
+        ``module.build``) in ``REPLY_AXES``."""
+        if self.declared_by is None:
+            return self._answer(request)
+        got = self.worker.request(request)  # what the student's code raises goes up as it is
+        try:
+            want = self.declared_by._answer(request)
+        except Exception:  # noqa: BLE001 - the reference raised: no value to compute with
+            return replies.raised_instead(got)
+        name, axes = replies.declared(key)
+        return replies.fit(got, want, name or key, axes, self.about)
+
+    def _answer(self, request: dict[str, Any]) -> Any:
+        """The reply of this namespace's own worker: from the memo where the same request was
+        answered there (a reply or an error), else asked (and kept, once it declares replies)."""
+        if not self._remembers:
+            return self.worker.request(request)
+        digest = wire.digest(request)
+        if digest in self._memo:
+            raised, reply = self._memo.pop(digest)
+            self._memo[digest] = raised, reply  # now the latest
+            if raised:
+                raise reply
+            return _copied(reply)
+        try:
+            reply = self.worker.request(request)
+        except Exception as err:
+            self._remember(digest, True, err)
+            raise
+        self._remember(digest, False, reply)
+        return _copied(reply)
+
+    def _remember(self, digest: str, raised: bool, reply: Any) -> None:
+        self._memo[digest] = raised, reply
+        while len(self._memo) > MEMO_ENTRIES or (
+            len(self._memo) > 1 and _elements(v for _, v in self._memo.values()) > MEMO_ELEMENTS
+        ):
+            del self._memo[next(iter(self._memo))]
+
+
+def _copied(value: Any) -> Any:
+    """A kept reply, its arrays copied: a check that writes into what it was given must not
+    change what the next identical question gets."""
+    if isinstance(value, np.ndarray):
+        return value.copy()
+    if isinstance(value, (tuple, list)):
+        return type(value)(_copied(v) for v in value)
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    return value
+
+
+def _elements(values: Any) -> int:
+    total, todo = 0, list(values)
+    while todo:
+        item = todo.pop()
+        if isinstance(item, np.ndarray):
+            total += item.size
+        elif isinstance(item, (tuple, list)):
+            todo.extend(item)
+        elif isinstance(item, dict):
+            todo.extend(item.values())
+    return total
