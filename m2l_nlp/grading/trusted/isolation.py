@@ -29,6 +29,7 @@ import os
 import pwd
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -85,10 +86,42 @@ class Place:
         return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
+REPLACED = ("/tmp", "/dev/shm")  # the folders a sandbox has of its own
+
+
+def kept_through(cwd: Path) -> list[str]:
+    """What a worker needs that lives under a folder the sandbox replaces (an autograder
+    unpacked in /tmp, say): its working folder, this Python and its packages, the course;
+    bound back read-only where they are (the outermost of nested ones)."""
+    import m2l_nlp
+
+    wanted = [
+        str(cwd),
+        sys.prefix,
+        sys.exec_prefix,
+        sys.base_prefix,
+        os.path.dirname(os.path.abspath(sys.executable)),
+        os.path.dirname(os.path.dirname(os.path.abspath(m2l_nlp.__file__))),
+        *sys.path,
+    ]
+    found = set()
+    for path in wanted:
+        for form in {os.path.abspath(path), os.path.realpath(path)} if path else ():
+            inside = any(form.startswith(f"{top}/") for top in REPLACED)
+            if inside and os.path.isdir(form):
+                found.add(form)
+    kept: list[str] = []
+    for path in sorted(found, key=len):
+        if not any(path.startswith(f"{outer}/") for outer in kept):
+            kept.append(path)
+    return kept
+
+
 def sandbox_command(mount: Path, cwd: Path, command: Sequence[str]) -> list[str]:
     """``command`` under bubblewrap: every namespace new, the file system read-only, the
-    tmpfs ``mount``'s folders as ``/tmp`` and ``/dev/shm``, ``cwd`` (under /tmp on the host,
-    say) bound back read-only where it was."""
+    tmpfs ``mount``'s folders as ``/tmp`` and ``/dev/shm``, what the worker needs there
+    (:func:`kept_through`) bound back read-only where it was."""
+    again = [arg for path in kept_through(cwd) for arg in ("--ro-bind", path, path)]
     return [
         BWRAP,
         "--unshare-all",  # user, PID, IPC, mount, network, UTS, cgroup
@@ -100,7 +133,7 @@ def sandbox_command(mount: Path, cwd: Path, command: Sequence[str]) -> list[str]
         "--bind", str(mount / "tmp"), "/tmp",
         "--bind", str(mount / "shm"), "/dev/shm",
         "--remount-ro", "/dev",
-        "--ro-bind", str(cwd), str(cwd),
+        *again,
         "--chdir", str(cwd),
         "--",
         *command,
@@ -218,9 +251,9 @@ class Isolation:
         return "bubblewrap" if self.sandbox else "users"
 
     @staticmethod
-    def probe(user: tuple[int, int], scratch: Path) -> str | None:
-        """None if a bubblewrap sandbox starts here as ``user`` with a root-mounted tmpfs,
-        else why not (in a line)."""
+    def probe(user: tuple[int, int], scratch: Path, python: str = sys.executable) -> str | None:
+        """None if a bubblewrap sandbox starts here as ``user`` with a root-mounted tmpfs
+        and ``python`` (the workers') runs in it, else why not (in a line)."""
         if shutil.which(BWRAP) is None:
             return "bwrap is not installed (apt-get install bubblewrap)"
         mount = Path(tempfile.mkdtemp(prefix="probe-", dir=scratch))
@@ -230,9 +263,9 @@ class Isolation:
             remove_path(mount)
             return f"root cannot mount a tmpfs here ({err})"
         try:
-            done = run_as(
-                user, sandbox_command(mount, scratch, ["/bin/sh", "-c", "echo ok > /tmp/probe"])
-            )
+            # the worker's own Python, as a worker starts: it must be found inside
+            write = "open('/tmp/probe', 'w').write('ok')"
+            done = run_as(user, sandbox_command(mount, scratch, [python, "-I", "-S", "-c", write]))
             said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
             wrote = (mount / "tmp" / "probe").is_file()
             return None if done.returncode == 0 and wrote else f"bwrap refused: {said}"
