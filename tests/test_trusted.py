@@ -1222,3 +1222,36 @@ def test_the_exact_count_of_memory_outside_processes_runs_at_most_once_a_second(
         time.sleep(2.5)
     assert 2 <= len(asked) <= 4 and not killed
     assert all(b - a >= 0.99 for a, b in zip(asked, asked[1:], strict=False))
+
+
+def test_a_pool_user_whose_leftovers_stay_is_retired_and_an_empty_pool_says_so(
+    tmp_path, monkeypatch
+):
+    """The users path: a phase's user whose keyring could not be cleared is never handed
+    out again (logged); once every user is retired, no place is left, in words."""
+    from m2l_nlp.grading.trusted import isolation
+    from m2l_nlp.grading.trusted.cleanup import Cleaned
+
+    if os.geteuid() != 0:
+        pytest.skip("the pool's homes are given to its users by root")
+    monkeypatch.setattr(isolation, "remove_files_of", lambda *a: Cleaned())
+    monkeypatch.setattr(isolation, "remove_ipc_of", lambda *a: Cleaned())
+    stuck = {(65534, 65534)}
+    monkeypatch.setattr(
+        isolation,
+        "remove_keys_of",
+        lambda user: Cleaned(0, ["keyrings: 1 could not be cleared"] if user in stuck else []),
+    )
+    said = []
+    places = isolation.Isolation([(65534, 65534), (65533, 65533)], tmp_path, said.append)
+    first = places.open(time.time())
+    assert first.user == (65534, 65534) and Path(first.home).stat().st_uid == 65534
+    assert places.close(first).left and places.users == [(65533, 65533)]
+    assert any("user 65534 is retired" in line for line in said)
+    second = places.open(time.time())
+    assert second.user == (65533, 65533) and places.close(second).left == []
+    assert places.open(time.time()).user == (65533, 65533)  # a clean user is used again
+    stuck.add((65533, 65533))
+    places.close(places.open(time.time()))
+    with pytest.raises(isolation.NoPlaceLeft, match="every user of the pool"):
+        places.open(time.time())
