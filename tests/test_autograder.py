@@ -615,7 +615,7 @@ LEAVE_KEYS_AND_QUEUES = (
     + """
 _add_key(b"m2l-5d2c", b"left by a classmate 5d2c")
 _lock_ring()
-_queue = _libc.mq_open(b"/m2l-5d2c", 0o100 | 2, 0o666, None)  # O_CREAT | O_RDWR
+_queue = _libc.mq_open(b"/m2l-5d2c", 0o100 | 2 | 0o4000, 0o666, None)  # O_CREAT, O_RDWR, O_NONBLOCK
 if _queue >= 0:
     _libc.mq_send(_queue, b"left by a classmate 5d2c", 24, 0)
 """
@@ -646,7 +646,8 @@ def scaled_dot_product(q, k, v, mask=None):
     said = ("asked-5d2c " + " ".join(_asked[-40:])).encode()
     _add_key(b"m2l-asked-5d2c", said)
     _lock_ring()
-    queue = _libc.mq_open(b"/m2l-asked-5d2c", 0o100 | 2, 0o666, None)  # and a POSIX queue
+    # and a POSIX queue (O_CREAT | O_RDWR | O_NONBLOCK: a full queue drops, never waits)
+    queue = _libc.mq_open(b"/m2l-asked-5d2c", 0o100 | 2 | 0o4000, 0o666, None)
     if queue >= 0:
         _libc.mq_send(queue, said[:8192], len(said[:8192]), 0)
     return _scaled_dot_product(q, k, v, mask)

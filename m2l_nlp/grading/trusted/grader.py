@@ -792,6 +792,12 @@ def _isolation(batch: _Batch) -> Isolation | None:
         )
     # said at once, not after the reference's checks
     check_workers_start(batch.scratch, users[0], LOAD_LIMIT_S)
+    solutions = batch.root / "solutions"
+    if readable_by(users[0], [solutions]):  # a sandbox sees the file system as the user does
+        raise WorkerUnavailable(
+            f"the student's user can read {solutions}: chmod -R go-rwx it (the autograder's "
+            "setup.sh does)"
+        )
     chosen = os.environ.get(ISOLATION_ENV, "")
     if chosen not in ("", "users"):
         raise WorkerUnavailable(f"{ISOLATION_ENV}={chosen}: the only choice it takes is users")
@@ -984,8 +990,8 @@ def supervise(jobs: list[tuple[Path, Path]], seed: int | None) -> int:
         write_json_atomic(
             jobs[number][1],
             _failed(
-                "The autograder could not grade this submission: grading it took the grader "
-                "past its memory bound; your instructor has the details"
+                f"The autograder could not grade this submission: {why} while it graded it; "
+                "your instructor has the details"
             ),
         )
         first = number + 1
