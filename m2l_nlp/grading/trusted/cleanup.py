@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import math
 import os
 import secrets
 import stat
@@ -158,7 +159,8 @@ def remove_files_of(uid: int, since: float, folders: Iterable[str] = SHARED_FOLD
                         st = entry.stat(follow_symlinks=False)
                     except OSError:
                         continue
-                    if st.st_uid == uid and st.st_ctime >= since:
+                    # whole seconds: some file systems keep no finer times (mqueue)
+                    if st.st_uid == uid and st.st_ctime >= math.floor(since) - 1:
                         names.append(entry.name)
             for name in names:
                 done.add(remove_tree(top_fd, name, uid, bound))

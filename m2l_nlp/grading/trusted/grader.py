@@ -809,6 +809,7 @@ def _isolation(batch: _Batch) -> Isolation | None:
         batch.log(f"isolation: a fresh user per phase, {len(users)} in the pool ({why_not})")
         isolation.queues_unseen = show_message_queues()  # before: it may add /dev/mqueue
         isolation.shared = writable_folders(*users[0])
+        isolation.retire_unclean()
         batch.tmpfs = TmpfsGrowth(users[0])
     return isolation
 

@@ -275,6 +275,23 @@ class Isolation:
             unmount(mount)
             remove_path(mount)
 
+    def retire_unclean(self) -> None:
+        """Retire, before any phase, the users of the pool whose keyrings cannot be emptied
+        (a keyring made unwritable in an earlier grading outlives it): student code must not
+        find anything there."""
+        for user in list(self.users):
+            left = remove_keys_of(user).left
+            if left:
+                self._retire(user, f"its keyrings cannot be emptied: {left[0]}")
+
+    def _retire(self, user: tuple[int, int], why: str) -> None:
+        self.users.remove(user)
+        self.retired.append(user)
+        self.log(
+            f"user {user[0]} is retired for the rest of this grading ({why}); "
+            f"{len(self.users)} of the pool left"
+        )
+
     def open(self, started: float) -> Place:
         """A fresh place for one phase (``started``: its time.time(), for the cleanup)."""
         if not self.users:
@@ -319,10 +336,5 @@ class Isolation:
         if self.queues_unseen:  # a queue it made could outlive it, unseen
             done.left.append(self.queues_unseen)
         if done.left and place.user in self.users:
-            self.users.remove(place.user)
-            self.retired.append(place.user)
-            self.log(
-                f"user {uid} is retired for the rest of this grading (what it left could not "
-                f"all be removed); {len(self.users)} of the pool left"
-            )
+            self._retire(place.user, "what it left could not all be removed")
         return done
