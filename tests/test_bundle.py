@@ -58,9 +58,7 @@ def test_a_hidden_check_the_reference_fails_on_a_grading_seed_is_refused(tmp_pat
         hidden_points(root, seeds=5)
 
 
-def test_a_reference_that_fails_at_grading_names_no_hidden_check_to_students(
-    tmp_path, monkeypatch
-):
+def test_a_reference_that_fails_at_grading_names_no_hidden_check_to_students(tmp_path, monkeypatch):
     from m2l_nlp.grading.trusted import grader
 
     def reference_pass(*args, **kwargs):
