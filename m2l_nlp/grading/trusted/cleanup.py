@@ -159,8 +159,11 @@ def remove_files_of(uid: int, since: float, folders: Iterable[str] = SHARED_FOLD
                         st = entry.stat(follow_symlinks=False)
                     except OSError:
                         continue
-                    # whole seconds: some file systems keep no finer times (mqueue)
-                    if st.st_uid == uid and st.st_ctime >= math.floor(since) - 1:
+                    # a file system that keeps whole seconds (mqueue) gives a file made in
+                    # the phase's first second an earlier time than `since`
+                    coarse = st.st_ctime_ns % 1_000_000_000 == 0
+                    made = st.st_ctime >= (math.floor(since) if coarse else since)
+                    if st.st_uid == uid and made:
                         names.append(entry.name)
             for name in names:
                 done.add(remove_tree(top_fd, name, uid, bound))
