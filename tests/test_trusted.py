@@ -422,7 +422,9 @@ def test_a_grader_whose_student_user_may_not_run_python_says_so_before_grading(
     if os.geteuid() != 0:
         pytest.skip("the grader runs student code as another user only when it is root")
     monkeypatch.delenv("M2L_GRADER_USER", raising=False)
-    monkeypatch.setattr(trusted, "pool", lambda names: [(65534, 65534)])
+    from m2l_nlp.grading.trusted import isolation
+
+    monkeypatch.setattr(isolation, "pool", lambda names: [(65534, 65534)])
     monkeypatch.setattr(trusted, "reference_pass", reference_pass)
     monkeypatch.setattr(remote.subprocess, "Popen", denied)
     (tmp_path / "submission").mkdir()

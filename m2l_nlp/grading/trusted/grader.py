@@ -70,13 +70,12 @@ from m2l_nlp.grading.checks.settings import SettingsError
 from m2l_nlp.grading.checks.tools import seeded
 from m2l_nlp.grading.trusted.cleanup import Cleaned, remove_path, writable_folders
 from m2l_nlp.grading.trusted.isolation import (
-    POOL_USER,
     Isolation,
     NoPlaceLeft,
     Place,
     mounts_under,
-    pool,
     show_message_queues,
+    student_users,
     unmount,
 )
 from m2l_nlp.grading.trusted.limits import (
@@ -111,7 +110,6 @@ from m2l_nlp.grading.trusted.remote import (
     kill_descendants,
     reap_orphans,
     signal_descendants,
-    unprivileged_user,
 )
 from m2l_nlp.grading.trusted.submission import Found, SubmissionError, find_practicals
 from m2l_nlp.impl import repo_root
@@ -777,19 +775,19 @@ def _scratch(log: Callable[[str], None]) -> Path:
     return scratch
 
 
+def _student_users() -> list[tuple[int, int]] | None:
+    try:
+        return student_users(USER_ENV)
+    except LookupError as err:
+        raise WorkerUnavailable(str(err)) from None
+
+
 def _isolation(batch: _Batch) -> Isolation | None:
     """Where student code runs: bubblewrap sandboxes where they start here, else a user of
     the pool per phase; None when this process is not root (it runs as this user)."""
-    names = [os.environ[USER_ENV]] if os.environ.get(USER_ENV) else None
-    if os.geteuid() != 0 or (names and names[0] == "root"):
+    users = _student_users()
+    if users is None:
         return None
-    users = pool(names)
-    if not users:
-        raise WorkerUnavailable(
-            f"there is no user {names[0] if names else POOL_USER} to run student code as: "
-            f"create one (useradd --system {POOL_USER}; the autograder's setup.sh does) or "
-            f"set {USER_ENV}"
-        )
     # said at once, not after the reference's checks
     check_workers_start(batch.scratch, users[0], LOAD_LIMIT_S)
     solutions = batch.root / "solutions"
@@ -1086,7 +1084,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--seed: give a positive number (0 is the local checks' seed)")
     try:
         if len(jobs) > 1 and not args.jobs_file:
-            user = unprivileged_user()
+            users = _student_users()
+            user = users[0] if users else None
             # a classmate's folder must stay closed; a results folder, not writable (a
             # results file written there early would be renamed over, or kept)
             can_open = readable_by(user, [s for s, _ in jobs]) if user is not None else []

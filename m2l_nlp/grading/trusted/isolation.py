@@ -223,6 +223,23 @@ def pool(names: Sequence[str] | None = None) -> list[tuple[int, int]]:
     return list(dict.fromkeys(found))
 
 
+def student_users(variable: str = "M2L_GRADER_USER") -> list[tuple[int, int]] | None:
+    """The pool to run student code as (``$variable``: one chosen user instead), or None when
+    this process is not root or that user is root (local trials). Raises ``LookupError``, in
+    words, when none exists."""
+    names = [os.environ[variable]] if os.environ.get(variable) else None
+    if os.geteuid() != 0 or (names and names[0] == "root"):
+        return None
+    users = pool(names)
+    if not users:
+        raise LookupError(
+            f"there is no user {names[0] if names else POOL_USER} to run student code as: "
+            f"create one (useradd --system {POOL_USER}; the autograder's setup.sh does) or "
+            f"set {variable}"
+        )
+    return users
+
+
 class Isolation:
     """Hands out one fresh :class:`Place` per phase and ends it (:meth:`close`).
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
-import pwd
 import select
 import signal
 import subprocess
@@ -34,7 +33,6 @@ from m2l_nlp.grading.checks.tools import BuildSpec, Elsewhere, ElsewhereFunction
 from m2l_nlp.grading.trusted.limits import TimeBudget, launch_command
 
 USER_ENV = "M2L_GRADER_USER"  # who runs student code when the grader is root
-DEFAULT_USERS = ("m2l-student", "nobody")  # setup.sh creates the first where it can
 REQUEST_LIMIT_S = 600.0  # a request sent without a deadline of its own (the reference's)
 
 
@@ -57,26 +55,6 @@ class OutOfTime(WorkerStopped):
 
 class WorkerUnavailable(Exception):
     """The worker process cannot be started (e.g. the unprivileged user cannot run Python)."""
-
-
-def unprivileged_user() -> tuple[int, int] | None:
-    """``(uid, gid)`` to run student code as, or None when the grader is not root.
-    Raises :class:`WorkerUnavailable` when no such user exists."""
-    if os.geteuid() != 0:
-        return None
-    names = [os.environ[USER_ENV]] if os.environ.get(USER_ENV) else list(DEFAULT_USERS)
-    for name in names:
-        try:
-            entry = pwd.getpwnam(name)
-        except KeyError:
-            continue
-        if entry.pw_uid == 0:  # M2L_GRADER_USER=root: no separate user (local trials only)
-            return None
-        return entry.pw_uid, entry.pw_gid
-    raise WorkerUnavailable(
-        f"there is no user {' or '.join(names)} to run student code as: create one "
-        f"(useradd --system m2l-student; the autograder's setup.sh does) or set {USER_ENV}"
-    )
 
 
 def become_subreaper() -> bool:
