@@ -1122,7 +1122,8 @@ def bounded(installed, tmp_path_factory):
     """A batch under small budgets (``grading.toml``: 40 s a submission, 700 MB for its
     processes together), each phase as a fresh user of the pool (the path where sandboxes
     are refused): a submission whose processes hold too much memory, one that spends its
-    time importing and dying, one that leaves a keyring it made unwritable and a message
+    time importing and dying, one that holds 1.5 GB in socket buffers (kernel memory), one
+    that tries to leave a key in a keyring it makes unwritable (refused) and leaves a message
     queue, then an honest classmate."""
     root, env = installed
     tmp = tmp_path_factory.mktemp("bounded")
@@ -1142,13 +1143,16 @@ def bounded(installed, tmp_path_factory):
     slow = cases / "slow_import_then_dies"
     _solved(slow, P1, P2)
     _with(slow, P2, SLOW_THEN_DIES)
-    keys = cases / "leaves_keys_and_queues"  # its user is retired, never a classmate's
+    sockets = cases / "socket_buffers"
+    _solved(sockets, P1, P2)
+    _with(sockets, P2, SOCKET_HOG)
+    keys = cases / "leaves_keys_and_queues"  # nothing it leaves outlives its phase
     _solved(keys, P1, P2)
     _with(keys, P1, LEAVE_KEYS_AND_QUEUES)
     honest = cases / "honest"
     _solved(honest, P1, P2)
     pairs = []
-    for folder in (hog, slow, keys, honest):
+    for folder in (hog, slow, sockets, keys, honest):
         pairs += [str(folder), str(tmp / f"{folder.name}.json")]
     run = subprocess.run(
         ["python3" if ROOT_ONLY else sys.executable, "-m", "m2l_nlp.grading.trusted", *pairs],
@@ -1159,9 +1163,14 @@ def bounded(installed, tmp_path_factory):
         text=True,
         timeout=900,
     )
-    results = {
-        f.name: json.loads((tmp / f"{f.name}.json").read_text()) for f in (hog, slow, keys, honest)
-    }
+    cases = (hog, slow, sockets, keys, honest)
+    missing = [f.name for f in cases if not (tmp / f"{f.name}.json").exists()]
+    if missing:  # what the grader said is the whole story: show it
+        pytest.fail(
+            f"no results for {', '.join(missing)}; the grader's log ends:\n"
+            f"{run.stdout[-6000:]}\n{run.stderr[-3000:]}"
+        )
+    results = {f.name: json.loads((tmp / f"{f.name}.json").read_text()) for f in cases}
     for line in run.stdout.splitlines():  # shown with `pytest -s`
         if line.startswith(("== submission", "submission graded in", "peak memory")):
             print(line)
@@ -1222,6 +1231,44 @@ if not _os.path.exists("/tmp/m2l-hog-3c1d"):
             _os._exit(0)
 """
 
+# At the first call, 1.5 GB in flight between socket pairs: kernel memory, in no process's
+# size (the fds' limit raised to its hard one, and processes forked where it is too low).
+SOCKET_HOG = """
+import os as _os, resource as _resource, socket as _socket, time as _time
+_attention = scaled_dot_product
+_pairs = []
+
+
+def _fill(goal):
+    held = 0
+    try:
+        while held < goal:
+            a, b = _socket.socketpair()
+            a.setblocking(False)
+            try:
+                while True:
+                    held += a.send(bytes(65536))
+            except BlockingIOError:
+                _pairs.append((a, b))
+    except OSError:  # out of descriptors
+        pass
+    return held
+
+
+def scaled_dot_product(q, k, v, mask=None):
+    if not _pairs:
+        hard = _resource.getrlimit(_resource.RLIMIT_NOFILE)[1]
+        _resource.setrlimit(_resource.RLIMIT_NOFILE, (hard, hard))
+        goal = 1536 << 20
+        each = max(_fill(goal), 1 << 20)
+        for _ in range(min((goal - each) // each + 1, 64) if each < goal else 0):
+            if _os.fork() == 0:  # a child holds its share until it is killed
+                _fill(each)
+                _time.sleep(600)
+                _os._exit(0)
+    return _attention(q, k, v, mask)
+"""
+
 # Every import takes 12 s (under the 60 s an import may take); every call ends the process.
 SLOW_THEN_DIES = """
 import os as _os, time as _time
@@ -1247,6 +1294,19 @@ def test_a_submission_whose_processes_hold_too_much_memory_is_stopped_alone(boun
     assert bounded.results["honest"]["score"] == FULL  # the reference's processes live on
 
 
+def test_kernel_memory_a_submission_holds_counts_in_its_phase_memory_group(bounded):
+    """Socket buffers are in no process's size: the phase's memory cgroup counts them, the
+    kernel stops the submission's process, the student reads why, and the classmate after
+    it is graded in full."""
+    log = _log_of(bounded.run.stdout, "socket_buffers")
+    if "memory: no cgroup per phase" in bounded.run.stdout:
+        pytest.skip("this machine gives the grader no memory cgroup")
+    sockets = bounded.results["socket_buffers"]
+    assert "counted by the kernel" in _tests(sockets)["scaled_dot_product"]["output"], log
+    assert _points(sockets, P1) == P1_POINTS, sockets  # practical 1 had a group of its own
+    assert bounded.results["honest"]["score"] == FULL
+
+
 def test_a_submission_has_one_time_budget_for_its_imports_and_checks(bounded):
     assert bounded.run.returncode == 0, bounded.run.stderr[-3000:]
     slow = bounded.results["slow_import_then_dies"]
@@ -1258,12 +1318,16 @@ def test_a_submission_has_one_time_budget_for_its_imports_and_checks(bounded):
     assert bounded.results["honest"]["score"] == FULL
 
 
-def test_without_sandboxes_a_user_whose_leftovers_stay_is_retired_not_the_batch(bounded):
+def test_without_sandboxes_what_a_user_leaves_is_removed_and_its_keyring_stays_empty(bounded):
+    """The users path: the queue is removed as root; the key is refused when made (a keyring
+    its user makes unwritable would shut root out, and burn that user for every later
+    grading on the machine), so no user of the pool is retired."""
     if not ROOT_ONLY:
         pytest.skip("the grader runs student code as users of a pool only as root")
     log = bounded.run.stdout
     assert "isolation: a fresh user per phase" in log, log[-3000:]
-    assert "is retired for the rest of this grading" in log, log[-3000:]
+    # (a user left unwritable by a grading before the filter is retired at start, not here)
+    assert "what it left could not all be removed" not in log, log[-3000:]
     assert bounded.results["leaves_keys_and_queues"]["score"] == FULL
     assert bounded.results["honest"]["score"] == FULL
     assert not Path("/dev/mqueue/m2l-5d2c").exists()

@@ -413,9 +413,6 @@ def test_a_grader_whose_student_user_may_not_run_python_says_so_before_grading(
     from m2l_nlp.grading.trusted import grader as trusted
     from m2l_nlp.grading.trusted import remote
 
-    def denied(*args, **kwargs):
-        raise PermissionError(13, "Permission denied")
-
     def reference_pass(*args, **kwargs):
         raise AssertionError("the reference's checks ran before the student's user was tried")
 
@@ -426,12 +423,15 @@ def test_a_grader_whose_student_user_may_not_run_python_says_so_before_grading(
 
     monkeypatch.setattr(isolation, "pool", lambda names: [(65534, 65534)])
     monkeypatch.setattr(trusted, "reference_pass", reference_pass)
-    monkeypatch.setattr(remote.subprocess, "Popen", denied)
+    private = tmp_path / "private"  # root may go in, user 65534 may not
+    private.mkdir(mode=0o700)
+    (private / "python").symlink_to(sys.executable)
+    monkeypatch.setattr(sys, "executable", str(private / "python"))
     (tmp_path / "submission").mkdir()
     results = tmp_path / "results.json"
     with pytest.raises(remote.WorkerUnavailable) as raised:  # main() says it in one line
         trusted.grade([(tmp_path / "submission", results)], log=lambda line: None)
-    assert str(raised.value).startswith("user 65534 may not run")
+    assert str(raised.value).startswith("user 65534 cannot start"), raised.value
     assert "M2L_GRADER_USER=root" in str(raised.value)
     assert json.loads(results.read_text())["score"] == 0
 
@@ -980,6 +980,78 @@ def test_memory_only_files_count_once_and_the_reference_time_credited_is_bounded
     budget.pause(3)
     budget.pause(3)
     assert budget.deadline - before == 5 and budget.allowance == 0
+
+
+def test_nothing_the_launcher_starts_can_make_a_kernel_key():
+    """Keyrings outlive their user's processes and their owner can shut root out of them:
+    every process started through the launcher (student code's, and what it starts) is
+    refused add_key and keyctl, while its other system calls go on."""
+    import platform
+
+    from m2l_nlp.grading.trusted.limits import launch_command
+
+    add_key = {"x86_64": 248, "aarch64": 217}.get(platform.machine())
+    if add_key is None:
+        pytest.skip("the filter knows keyring calls on x86_64 and aarch64 only")
+    # `python -m code` runs what it reads: here, as a student's module would, and in a child
+    probe = (
+        "import ctypes, os, subprocess, sys\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        f"made = libc.syscall({add_key}, b'user', b'm2l-t', b'x', ctypes.c_size_t(1), "
+        "ctypes.c_long(-4))\n"
+        "print('made', made, os.strerror(ctypes.get_errno()) if made < 0 else '')\n"
+        "print('child', subprocess.run([sys.executable, '-c', 'import os; "
+        "print(os.getpid() > 0)'], capture_output=True, text=True).stdout.strip())\n"
+    )
+    done = subprocess.run(
+        launch_command("code", [], None, None),
+        input=probe,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "made -1 Operation not permitted" in done.stdout, done.stdout + done.stderr
+    assert "child True" in done.stdout, done.stdout + done.stderr
+
+
+def test_a_phase_memory_group_bounds_the_kernel_memory_its_processes_hold():
+    """Unix socket buffers are in no process's memory, so no watch sees them: the phase's
+    memory cgroup, joined by the launcher before exec, counts them and stops the process."""
+    from m2l_nlp.grading.trusted.limits import MemoryGroup, launch_command
+
+    parent = MemoryGroup.parent()
+    if os.geteuid() != 0 or isinstance(parent, str):
+        pytest.skip(f"needs root and a memory cgroup ({parent})")
+    group = MemoryGroup.make(parent, f"{os.getpid()}-test", 64 << 20)
+    fill = (  # 200 MB in flight between socket pairs, a line said every 16 MB
+        "import socket\n"
+        "pairs, held = [], 0\n"
+        "while held < 200 << 20:\n"
+        "    a, b = socket.socketpair()\n"
+        "    a.setblocking(False)\n"
+        "    try:\n"
+        "        while True:\n"
+        "            held += a.send(bytes(65536))\n"
+        "    except BlockingIOError:\n"
+        "        pairs.append((a, b))\n"
+        "    if len(pairs) % 64 == 0:\n"
+        "        print('held', held >> 20, flush=True)\n"
+        "\n"  # the console ends a block at an empty line
+        "print('all of it', flush=True)\n"
+    )
+    try:
+        done = subprocess.run(
+            launch_command("code", [], None, None, group=group),
+            input=fill,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "all of it" not in done.stdout and done.returncode != 0, done.stdout[-500:]
+        assert group.oom_kills() >= 1
+    finally:
+        assert group.remove() is None
+    assert not group.path.exists()
 
 
 def test_the_student_users_keyrings_are_emptied():

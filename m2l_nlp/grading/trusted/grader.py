@@ -81,9 +81,11 @@ from m2l_nlp.grading.trusted.isolation import (
 from m2l_nlp.grading.trusted.limits import (
     GRADER_MEMORY,
     GRADER_OOM_SCORE,
+    GROUP_MARGIN,
     REFERENCE_OOM_SCORE,
     STUDENT_LIMITS,
     STUDENT_OOM_SCORE,
+    MemoryGroup,
     MemoryWatch,
     TimeBudget,
     TmpfsGrowth,
@@ -195,6 +197,7 @@ def _start(
         oom_score=STUDENT_OOM_SCORE if student else None,
         budget=budget,
         wrap=place.command if place is not None else None,
+        group=place.group if place is not None else None,
     )
     worker.limit, worker.deadline = LOAD_LIMIT_S, time.monotonic() + LOAD_LIMIT_S
     try:
@@ -275,6 +278,18 @@ def _memory_message(watch: MemoryWatch | None) -> str | None:
     return (
         f"your code's processes held {tripped / 2**20:.0f} MB together, over the "
         f"{watch.budget / 2**20:.0f} MB one submission may use: they were stopped"
+    )
+
+
+def _group_message(place: Place | None) -> str | None:
+    """What to say when the kernel killed a process of the phase's memory cgroup (else
+    None): what its processes held, counted by the kernel, went past the group's limit."""
+    group = place.group if place is not None else None
+    if group is None or group.oom_kills() == 0:
+        return None
+    return (
+        f"your code's processes held over {group.limit / 2**20:.0f} MB together, counted by "
+        "the kernel (socket buffers and other kernel memory included): one was stopped"
     )
 
 
@@ -442,9 +457,13 @@ def _gone_verdict(gone: WorkerGone, run: PhaseRun, limit: float) -> tuple[str, s
         return _stopped_message(limit), "not run: an earlier check of this exercise was stopped"
     if isinstance(gone, CheckFailure):  # pragma: no cover - never both
         raise gone
-    message = _memory_message(run.watch) or (
-        "the process running your code ended "
-        f"({gone}): does it call sys.exit() or os._exit(), or crash?"
+    message = (
+        _memory_message(run.watch)
+        or _group_message(run.place)
+        or (
+            "the process running your code ended "
+            f"({gone}): does it call sys.exit() or os._exit(), or crash?"
+        )
     )
     return message, ""
 
@@ -809,7 +828,24 @@ def _isolation(batch: _Batch) -> Isolation | None:
         isolation.shared = writable_folders(*users[0])
         isolation.retire_unclean()
         batch.tmpfs = TmpfsGrowth(users[0])
+    isolation.memory = _memory_groups(batch)
     return isolation
+
+
+def _memory_groups(batch: _Batch) -> tuple[tuple[Path, bool], int] | None:
+    """Where each phase's memory cgroup is made, and its limit: the submission's budget and
+    a margin, so that the memory watch (which names what it counted) speaks first, and the
+    group bounds what no watch sees (socket buffers, say); None, logged, where there are none."""
+    parent = MemoryGroup.parent()
+    if isinstance(parent, str):
+        batch.log(f"memory: no cgroup per phase, kernel memory is not bounded ({parent})")
+        return None
+    for left in MemoryGroup.remove_abandoned(parent):
+        batch.log(f"cleanup (memory group of a grader that is gone): {left}")
+    budget = int(batch.settings.memory_budget_mb * 2**20)
+    limit = budget + max(GROUP_MARGIN, budget // 4)
+    batch.log(f"memory: a cgroup per phase, {limit / 2**20:.0f} MB, kernel memory included")
+    return parent, limit
 
 
 def grade(

@@ -17,6 +17,10 @@ visible phase of a submission before any hidden one). Each phase gets a :class:`
   a user whose leftovers could not all be removed is retired (logged), never given to
   another submission.
 
+On both paths student code cannot make kernel keys at all (:data:`.limits.DENY_KEYRINGS`),
+and a phase's processes are held in a memory cgroup of their own (:class:`.limits.MemoryGroup`)
+where the machine gives the grader one.
+
 Which path is taken is probed once per grading (:meth:`Isolation.probe`), from nothing a
 student controls.
 """
@@ -42,6 +46,7 @@ from m2l_nlp.grading.trusted.cleanup import (
     remove_path,
     run_as,
 )
+from m2l_nlp.grading.trusted.limits import MemoryGroup
 
 POOL_USER = "m2l-student"  # setup.sh makes it and POOL_USER-1 ... POOL_USER-<POOL_SIZE - 1>
 POOL_SIZE = 8  # six phases per submission (three practicals, visible and hidden), and spares
@@ -68,6 +73,7 @@ class Place:
     home: str
     mount: Path | None = None
     started: float = 0.0
+    group: MemoryGroup | None = None  # the phase's memory cgroup, where the machine has one
 
     def command(self, command: list[str], cwd: Path) -> list[str]:
         """``command`` run inside the sandbox (as it is, for a user of the pool)."""
@@ -261,6 +267,8 @@ class Isolation:
         self.retired: list[tuple[int, int]] = []
         self.shared: list[str] = []  # the folders a pool user may write to (users path)
         self.queues_unseen = ""  # why POSIX message queues cannot be removed (users path)
+        # (where to make them, bytes): each phase's memory cgroup, where the machine has them
+        self.memory: tuple[tuple[Path, bool], int] | None = None
         self._turn = 0
 
     @property
@@ -316,20 +324,27 @@ class Isolation:
                 f"every user of the pool ({len(self.retired)}) was retired: what earlier "
                 "submissions left could not be removed"
             )
+        self._turn += 1
+        group = None
+        if self.memory is not None:
+            parent, limit = self.memory
+            group = MemoryGroup.make(parent, f"{os.getpid()}-{self._turn}", limit)
         if self.sandbox:
             user = self.users[0]
             mount = Path(tempfile.mkdtemp(prefix="sandbox-", dir=self.scratch))
             mount_tmpfs(mount, user)
-            return Place(user, "/tmp", mount, started)
-        user = self.users[self._turn % len(self.users)]
-        self._turn += 1
+            return Place(user, "/tmp", mount, started, group)
+        user = self.users[(self._turn - 1) % len(self.users)]
         home = Path(tempfile.mkdtemp(prefix="home-", dir=self.scratch))
         os.chown(home, *user)
-        return Place(user, str(home), None, started)
+        return Place(user, str(home), None, started, group)
 
     def close(self, place: Place) -> Cleaned:
         """End ``place``, its processes already gone: the sandbox's tmpfs unmounted, or the
         pool user's objects removed. A user with leftovers is retired and logged."""
+        gone = place.group.remove() if place.group is not None else None
+        if gone:  # an empty group costs nothing; said, and removed by the next grader
+            self.log(f"cleanup (memory group): {gone}")
         if place.mount is not None:
             done = unmount(place.mount).add(remove_path(place.mount))
             if done.left:  # nothing the sandbox held is reachable once unmounted

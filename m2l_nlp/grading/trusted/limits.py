@@ -2,10 +2,10 @@
 starts; one memory budget for all of a submission's processes together; one time budget.
 
 Student code never runs before its limits are set: a worker is started through a launcher
-(``python -I -S -c``, the standard library only) that lowers its resource limits and raises its
-OOM score, then ``exec``s the worker in isolated mode (no user site, no ``PYTHON*`` variables,
-no current folder on the path), so a ``usercustomize.py`` or ``.pth`` file that an earlier
-worker planted is never read.
+(``python -I -S -c``, the standard library only) that refuses it kernel keys, lowers its
+resource limits and raises its OOM score, then ``exec``s the worker in isolated mode (no user
+site, no ``PYTHON*`` variables, no current folder on the path), so a ``usercustomize.py`` or
+``.pth`` file that an earlier worker planted is never read.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
 
 # One student process's limits: address space (JAX on the CPU runs in well under 2 GiB),
 # processes and threads of its user, bytes in one file, no core files.
@@ -33,10 +34,51 @@ STUDENT_OOM_SCORE = 1000  # the kernel's OOM killer takes student code first...
 REFERENCE_OOM_SCORE = -900  # ...then the reference's processes (needs CAP_SYS_RESOURCE)...
 GRADER_OOM_SCORE = -1000  # ...and never the grader, which bounds its own memory instead
 GRADER_MEMORY = 1 << 30  # the root grader's own bound (its reference workers apart)
+GROUP_MARGIN = 256 << 20  # a phase's memory cgroup: past the budget by this, or a quarter
 
-_LAUNCHER = """\
+# Kernel keyrings are the one object a student's user can make that root cannot remove (its
+# permissions can shut root out, and a user's keyrings outlive its processes): student code
+# may not make any. A seccomp filter, inherited through exec, answers add_key, request_key
+# and keyctl with EPERM. Where the kernel refuses the filter, the keyring cleanup remains.
+DENY_KEYRINGS = """\
+import ctypes as _ct, struct as _st
+def _deny_keyrings():
+    arch, numbers = {
+        "x86_64": (0xC000003E, (248, 249, 250)),  # add_key, request_key, keyctl
+        "aarch64": (0xC00000B7, (217, 218, 219)),
+    }.get(__import__("platform").machine(), (None, ()))
+    if arch is None:
+        return "no keyring syscall numbers are known for this machine"
+    load, jump_eq, jump_ge, ret = 0x20, 0x15, 0x35, 0x06
+    deny, allow = 0x00050000 | 1, 0x7FFF0000  # SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ALLOW
+    # seccomp_data: the syscall's number at offset 0, its architecture at offset 4
+    tests = [(jump_ge, 0x40000000)] if arch == 0xC000003E else []  # x86_64's x32 calls
+    tests += [(jump_eq, n) for n in numbers]
+    program = [(load, 0, 0, 4), (jump_eq, 0, len(tests) + 1, arch), (load, 0, 0, 0)]
+    for i, (op, k) in enumerate(tests):  # a match jumps to the last instruction: deny
+        program.append((op, len(tests) - i, 0, k))
+    program += [(ret, 0, 0, allow), (ret, 0, 0, deny)]
+    code = b"".join(_st.pack("HBBI", *step) for step in program)
+    buffer = _ct.create_string_buffer(code, len(code))
+    class Program(_ct.Structure):
+        _fields_ = [("len", _ct.c_ushort), ("filter", _ct.c_void_p)]
+    prog = Program(len(program), _ct.addressof(buffer))
+    libc = _ct.CDLL(None, use_errno=True)
+    # PR_SET_NO_NEW_PRIVS, then PR_SET_SECCOMP with SECCOMP_MODE_FILTER
+    if libc.prctl(38, 1, 0, 0, 0) != 0 or libc.prctl(22, 2, _ct.byref(prog), 0, 0) != 0:
+        return __import__("os").strerror(_ct.get_errno())
+    return None
+"""
+
+_LAUNCHER = (
+    DENY_KEYRINGS
+    + """\
 import json, os, resource, sys
 spec = json.loads(sys.argv[1])
+if spec["group"]:  # as root, before anything else: every later process is counted there
+    with open(spec["group"], "w") as handle:
+        handle.write(str(os.getpid()))
+_deny_keyrings()  # refused: the grader's cleanup of keyrings is what remains
 for name, value in spec["limits"].items():
     what = getattr(resource, name)
     hard = resource.getrlimit(what)[1]
@@ -45,18 +87,44 @@ for name, value in spec["limits"].items():
 if spec["oom"] is not None:
     with open("/proc/self/oom_score_adj", "w") as handle:
         handle.write(str(spec["oom"]))
-os.execv(sys.argv[2], sys.argv[2:])
+if spec["user"]:
+    uid, gid = spec["user"]
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+try:
+    os.execvp(sys.argv[2], sys.argv[2:])
+except OSError as err:  # this user may not run it: said in the worker's log
+    sys.stderr.write(f"cannot run {sys.argv[2]}: {err.strerror}\\n")
+    os._exit(126)
 """
+)
 
 
 def launch_command(
-    module: str, args: Sequence[str], limits: dict[str, int] | None, oom_score: int | None
+    module: str,
+    args: Sequence[str],
+    limits: dict[str, int] | None,
+    oom_score: int | None,
+    user: tuple[int, int] | None = None,
+    group: MemoryGroup | None = None,
+    wrap: Callable[[list[str]], list[str]] | None = None,
 ) -> list[str]:
-    """The command that runs ``python -I -B -m module *args`` with ``limits`` (soft and hard,
-    so that the code cannot raise them again) and ``oom_score`` already set."""
-    spec = json.dumps({"limits": limits or {}, "oom": oom_score})
+    """The command that runs ``python -I -B -m module *args`` (``wrap(command)`` instead,
+    a sandbox's, where given) in memory ``group``, with ``limits`` (soft and hard, so that
+    the code cannot raise them again) and ``oom_score`` already set, as ``user`` (uid, gid;
+    the launcher starts as this process's user, root, and drops to it before exec)."""
+    spec = json.dumps(
+        {
+            "limits": limits or {},
+            "oom": oom_score,
+            "user": list(user) if user else None,
+            "group": group.procs if group else None,
+        }
+    )
     python = sys.executable
-    return [python, "-I", "-S", "-c", _LAUNCHER, spec, python, "-I", "-B", "-m", module, *args]
+    command = [python, "-I", "-B", "-m", module, *args]
+    return [python, "-I", "-S", "-c", _LAUNCHER, spec, *(wrap(command) if wrap else command)]
 
 
 def set_oom_score(pid: int, score: int) -> str | None:
@@ -337,3 +405,117 @@ def bound_own_memory(bound: int, over: Callable[[int], None], interval: float = 
                 return
 
     threading.Thread(target=watch, name="own-memory", daemon=True).start()
+
+
+CGROUPS = Path("/sys/fs/cgroup")
+GROUP_PREFIX = "m2l-phase-"
+
+
+class MemoryGroup:
+    """A memory cgroup of one phase's processes (v1 or v2), made by root. Its limit counts
+    what the kernel holds for them, socket buffers and inodes included, besides their pages:
+    the bound on what :class:`MemoryWatch` cannot see. Past it, the kernel's OOM killer
+    ends a process of the group, never one outside it."""
+
+    def __init__(self, path: Path, v2: bool):
+        self.path, self.v2 = path, v2
+
+    @staticmethod
+    def parent() -> tuple[Path, bool] | str:
+        """``(folder, is_v2)``: where this process (root) may make memory groups, its own
+        memory cgroup; else why not, in a line."""
+        try:
+            lines = Path("/proc/self/cgroup").read_text().splitlines()
+        except OSError as err:
+            return f"/proc/self/cgroup cannot be read ({err.strerror})"
+        for line in lines:
+            _, controllers, where = line.split(":", 2)
+            if "memory" in controllers.split(","):
+                folder = CGROUPS / "memory" / where.lstrip("/")
+                if not os.access(folder, os.W_OK):
+                    return f"{folder} cannot be written here"
+                return folder, False
+        for line in lines:
+            if line.startswith("0::"):
+                folder = CGROUPS / line[3:].lstrip("/")
+                try:
+                    enabled = (folder / "cgroup.subtree_control").read_text().split()
+                except OSError as err:
+                    return f"{folder} cannot be read ({err.strerror})"
+                if "memory" not in enabled or not os.access(folder, os.W_OK):
+                    return f"the memory controller is not given to the groups below {folder}"
+                return folder, True
+        return "this kernel has no memory cgroup here"
+
+    @classmethod
+    def make(cls, parent: tuple[Path, bool], name: str, limit: int) -> MemoryGroup:
+        """A new group ``name`` under ``parent`` (:meth:`parent`) that holds ``limit`` bytes
+        at most, swap included (raises OSError)."""
+        folder, v2 = parent
+        group = cls(folder / f"{GROUP_PREFIX}{name}", v2)
+        group.path.mkdir()
+        try:
+            if v2:
+                group._write("memory.max", limit)
+                if (group.path / "memory.swap.max").exists():
+                    group._write("memory.swap.max", 0)
+            else:
+                group._write("memory.limit_in_bytes", limit)
+                if (group.path / "memory.memsw.limit_in_bytes").exists():
+                    group._write("memory.memsw.limit_in_bytes", limit)
+        except OSError:
+            group.remove()
+            raise
+        return group
+
+    def _write(self, name: str, value: int) -> None:
+        (self.path / name).write_text(str(value))
+
+    @property
+    def procs(self) -> str:
+        return str(self.path / "cgroup.procs")
+
+    @property
+    def limit(self) -> int:
+        name = "memory.max" if self.v2 else "memory.limit_in_bytes"
+        return int((self.path / name).read_text())
+
+    def oom_kills(self) -> int:
+        """How many of its processes the kernel killed for going past the limit."""
+        name = "memory.events" if self.v2 else "memory.oom_control"
+        try:
+            for line in (self.path / name).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    def remove(self, wait: float = 5.0) -> str | None:
+        """Remove the group (its processes already killed; an exiting one may hold it for a
+        moment); None, or why it stays."""
+        until = time.monotonic() + wait
+        while True:
+            try:
+                self.path.rmdir()
+                return None
+            except FileNotFoundError:
+                return None
+            except OSError as err:
+                if time.monotonic() > until:
+                    return f"{self.path}: {err.strerror}"
+                time.sleep(0.05)
+
+    @staticmethod
+    def remove_abandoned(parent: tuple[Path, bool]) -> list[str]:
+        """Remove the groups of graders that are gone (named after their pid); returns what
+        stays."""
+        left = []
+        for path in parent[0].glob(f"{GROUP_PREFIX}*"):
+            pid = path.name[len(GROUP_PREFIX) :].split("-")[0]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+                why = MemoryGroup(path, parent[1]).remove(wait=0)
+                if why:
+                    left.append(why)
+        return left

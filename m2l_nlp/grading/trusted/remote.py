@@ -30,7 +30,7 @@ from m2l_nlp.grading.checks import replies, wire
 from m2l_nlp.grading.checks.registry import CheckFailure
 from m2l_nlp.grading.checks.runner import StudentError
 from m2l_nlp.grading.checks.tools import BuildSpec, Elsewhere, ElsewhereFunction
-from m2l_nlp.grading.trusted.limits import TimeBudget, launch_command
+from m2l_nlp.grading.trusted.limits import MemoryGroup, TimeBudget, launch_command
 
 USER_ENV = "M2L_GRADER_USER"  # who runs student code when the grader is root
 REQUEST_LIMIT_S = 600.0  # a request sent without a deadline of its own (the reference's)
@@ -178,6 +178,7 @@ class Worker:
         oom_score: its OOM score adjustment, set likewise.
         budget: the submission's time, which caps every deadline of this worker.
         wrap: ``wrap(command, cwd)`` is what runs instead of ``command`` (a sandbox's).
+        group: the memory cgroup its processes are counted in (the phase's).
     """
 
     def __init__(
@@ -190,6 +191,7 @@ class Worker:
         oom_score: int | None = None,
         budget: TimeBudget | None = None,
         wrap: Callable[[list[str], Path], list[str]] | None = None,
+        group: MemoryGroup | None = None,
     ):
         to_worker_r, self._to_worker = os.pipe()
         self._from_worker, from_worker_w = os.pipe()
@@ -202,21 +204,17 @@ class Worker:
             "XLA_FLAGS": checking_xla_flags(os.environ.get("XLA_FLAGS", "")),
             **(env or {}),
         }
-        extra: dict[str, Any] = {}
-        if user is not None:
-            extra = {"user": user[0], "group": user[1], "extra_groups": []}
         command = launch_command(
             "m2l_nlp.grading.trusted.worker",
             [str(to_worker_r), str(from_worker_w)],
             limits,
             oom_score,
+            user=user,
+            group=group,
+            wrap=(lambda inner: wrap(inner, cwd)) if wrap is not None else None,
         )
-        if wrap is not None:
-            command = wrap(command, cwd)
         try:
-            self.process = self._spawn(
-                command, extra, to_worker_r, from_worker_w, log, cwd, environ
-            )
+            self.process = self._spawn(command, to_worker_r, from_worker_w, log, cwd, environ)
         finally:
             os.close(to_worker_r)
             os.close(from_worker_w)
@@ -229,7 +227,8 @@ class Worker:
         self.pauses: Worker | None = None  # a worker whose deadline waits while this one works
 
     @staticmethod
-    def _spawn(command, extra, to_worker_r, from_worker_w, log, cwd, environ) -> subprocess.Popen:
+    def _spawn(command, to_worker_r, from_worker_w, log, cwd, environ) -> subprocess.Popen:
+        # the launcher starts as this process's user and drops to the student's before exec
         try:
             return subprocess.Popen(
                 command,
@@ -240,12 +239,10 @@ class Worker:
                 cwd=cwd,
                 env=environ,
                 start_new_session=True,
-                **extra,
             )
         except PermissionError as err:
-            who = f"user {extra['user']}" if extra else "this user"
             raise WorkerUnavailable(
-                f"{who} may not run {sys.executable} ({err.strerror}): {READABLE}"
+                f"this user may not run {sys.executable} ({err.strerror}): {READABLE}"
             ) from None
 
     def _timeout(self) -> float:
