@@ -836,14 +836,16 @@ def _memory_groups(batch: _Batch) -> tuple[tuple[Path, bool], int] | None:
     """Where each phase's memory cgroup is made, and its limit: the submission's budget and
     a margin, so that the memory watch (which names what it counted) speaks first, and the
     group bounds what no watch sees (socket buffers, say); None, logged, where there are none."""
-    parent = MemoryGroup.parent()
-    if isinstance(parent, str):
-        batch.log(f"memory: no cgroup per phase, kernel memory is not bounded ({parent})")
-        return None
-    for left in MemoryGroup.remove_abandoned(parent):
-        batch.log(f"cleanup (memory group of a grader that is gone): {left}")
     budget = int(batch.settings.memory_budget_mb * 2**20)
     limit = budget + max(GROUP_MARGIN, budget // 4)
+    parent = MemoryGroup.parent()
+    if not isinstance(parent, str):
+        for left in MemoryGroup.remove_abandoned(parent):
+            batch.log(f"cleanup (memory group of a grader that is gone): {left}")
+    why_not = parent if isinstance(parent, str) else MemoryGroup.probe(parent, limit)
+    if why_not:
+        batch.log(f"memory: no cgroup per phase, kernel memory is not bounded ({why_not})")
+        return None
     batch.log(f"memory: a cgroup per phase, {limit / 2**20:.0f} MB, kernel memory included")
     return parent, limit
 

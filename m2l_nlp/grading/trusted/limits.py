@@ -448,6 +448,28 @@ class MemoryGroup:
         return "this kernel has no memory cgroup here"
 
     @classmethod
+    def probe(cls, parent: tuple[Path, bool], limit: int) -> str | None:
+        """None if a group can be made under ``parent`` and a launched process joins it (a
+        machine may show a group it refuses), else why not, in a line."""
+        try:
+            group = cls.make(parent, f"{os.getpid()}-probe", limit)
+        except OSError as err:
+            return f"a group cannot be made under {parent[0]} ({err.strerror or err})"
+        try:
+            done = subprocess.run(
+                launch_command("site", [], None, None, group=group),
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            said = (done.stderr.strip().splitlines() or [f"exit status {done.returncode}"])[-1]
+            return None if done.returncode == 0 else f"a process cannot join one ({said})"
+        except (OSError, subprocess.SubprocessError) as err:
+            return f"a process cannot join one ({err})"
+        finally:
+            group.remove()
+
+    @classmethod
     def make(cls, parent: tuple[Path, bool], name: str, limit: int) -> MemoryGroup:
         """A new group ``name`` under ``parent`` (:meth:`parent`) that holds ``limit`` bytes
         at most, swap included (raises OSError)."""
