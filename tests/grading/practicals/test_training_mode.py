@@ -16,7 +16,7 @@ from test_mutants import _grade, _mutant, _recorded
 from m2l_nlp.grading.checks.catalog import load_exercises
 from m2l_nlp.grading.checks.runner import outcome, reference, run_check
 
-FOLDER = Path(__file__).resolve().parent / "mutants" / "training"
+FOLDER = Path(__file__).resolve().parents[3] / "tests" / "mutants" / "training"
 TRAINING_CHECK = "training_matches_reference"  # the end of every training-mode check's name
 
 

@@ -17,7 +17,7 @@ from m2l_nlp.data.tatoeba import Pair
 from m2l_nlp.model.retrieval import RetrievalBaseline
 from m2l_nlp.train.translation_scores import score
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _write(path: Path, data: bytes) -> Path:

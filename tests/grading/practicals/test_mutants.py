@@ -32,7 +32,7 @@ from m2l_nlp.grading.checks.expected import Replay
 from m2l_nlp.grading.checks.runner import outcome, reference, run_check, stub_lines_of
 from m2l_nlp.grading.trusted.recording import record
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 _counter = itertools.count()
 
 
