@@ -1,5 +1,5 @@
 """The training-mode checks against slips of dropout: each mutant of
-``tests/mutants/training/<practical>.py`` (``MUTANTS``, as in tests/test_mutants.py) must fail
+``tests/mutants/training/<practical>.py`` (``MUTANTS``, as in test_mutants.py) must fail
 its exercise's training-mode check, and each variant (``VARIANTS``: correct modules that draw
 their dropout keys in another order) must pass every check of its exercise, against the
 reference and against its recorded answers (a handout's). Slow: each compiles models in
