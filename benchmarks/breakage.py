@@ -28,8 +28,23 @@ ROOT = Path(__file__).resolve().parents[1]
 BROKEN = "raise RuntimeError('broken on purpose by benchmarks/breakage.py')"
 
 
+# Where the mirror's name is taken: the graded checks of a practical are tested per practical
+# (its mutants must fail them, its reference pass them); the graders' command line (a second
+# tests/test_cli.py would clash with the course's) by the plugin's runs.
+ELSEWHERE = {
+    "m2l_nlp/grading/local/cli.py": "tests/grading/local/test_pytest_plugin.py",
+    "m2l_nlp/grading/practicals/practical1": "tests/grading/practicals/test_practical1.py",
+    "m2l_nlp/grading/practicals/practical2": "tests/grading/practicals/test_practical2.py",
+    "m2l_nlp/grading/practicals/practical3": "tests/grading/practicals/test_mutants.py",
+}
+
+
 def test_file_of(module: Path) -> Path:
-    """``m2l_nlp/a/b.py`` -> ``tests/a/test_b.py`` (relative to the course)."""
+    """``m2l_nlp/a/b.py`` -> ``tests/a/test_b.py`` (relative to the course; :data:`ELSEWHERE`
+    names the exceptions)."""
+    for where in (str(module), str(module.parent)):
+        if where in ELSEWHERE:
+            return Path(ELSEWHERE[where])
     relative = module.relative_to("m2l_nlp")
     return Path("tests", *relative.parts[:-1], f"test_{relative.stem}.py")
 
