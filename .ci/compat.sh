@@ -48,15 +48,18 @@ graded_and_demo() {  # graded_and_demo ENV FOLDER: the graded suite and the demo
   (cd "$2" && "$py" -m pytest tests/graded --impl solutions -q -p no:cacheprovider)
   # what a student reads: the checks' hints follow JAX's own errors, whose words change
   # between versions (the .T hint once matched only the newer words); and the device the
-  # checks run on (11 s of the 72 that these two files take in all)
-  (cd "$2" && "$py" -m pytest tests/test_grading.py tests/test_devices.py --impl solutions \
+  # checks run on
+  (cd "$2" && "$py" -m pytest tests/grading/practicals/test_practical2.py \
+      tests/grading/checks/test_runner.py tests/grading/checks/test_tools.py \
+      tests/grading/local/test_notebook.py tests/test_devices.py --impl solutions \
       -q -p no:cacheprovider -m "not slow" -k "hint or words or message or cpu or device")
   # the loop and what it leans on, where JAX's API moves between versions: sharding, buffer
   # donation, lax.scan, the persistent compilation cache and its count, haiku's transform,
   # checkpoints (about 40 s)
-  (cd "$2" && "$py" -m pytest tests/test_training.py tests/test_batching.py \
-      tests/test_evaluation.py tests/test_optim.py tests/test_transform.py \
-      tests/test_checkpoint.py --impl solutions -q -p no:cacheprovider -m "not slow")
+  (cd "$2" && "$py" -m pytest tests/train/test_loop.py tests/train/test_step.py \
+      tests/data/test_batching.py tests/train/test_evaluation.py tests/train/test_optim.py \
+      tests/test_transform.py tests/runs/test_checkpoint.py --impl solutions -q \
+      -p no:cacheprovider -m "not slow")
   # the handout's recorded answers (made with the instructor's jax, .venv's) replayed under
   # this lane's jax: the solutions, as a student's exercises, earn every point. The same
   # handout serves every lane: .ci/run builds it once (COMPAT_HANDOUT).

@@ -234,7 +234,7 @@ def gradescope_lock(python: str) -> int:
     lock.write_text(
         f"# What the autograder's setup.sh installs into a Python {minor} (pip's choice on "
         f"{datetime.date.today()}, Python {version}),\n"
-        "# tested by `make test-slow` (tests/test_autograder.py). Refresh: "
+        "# tested by `make test-slow` (tests/e2e/test_autograder_on_gradescope.py). Refresh: "
         f"python .ci/versions.py gradescope-lock python{minor}\n" + freeze_lines(versions)
     )
     print(f"{lock}: {len(versions)} packages; now run `make test-slow` and commit")

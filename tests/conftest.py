@@ -176,3 +176,11 @@ def stopped_after_epoch_1(monkeypatch):
             return cli.main(argv)
 
     return run
+
+
+@pytest.fixture(scope="session")
+def tatoeba_small() -> list:
+    """The bundled excerpt of Tatoeba's English-Greek pairs (data and model tests share it)."""
+    from m2l_nlp.data import tatoeba
+
+    return tatoeba.read_pairs(tatoeba.resolve_pairs("small"))

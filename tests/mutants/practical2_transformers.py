@@ -1,5 +1,6 @@
 """Mutants of practical 2's reference whose messages must name the slip (its other mutants,
-and the hints of scaled_dot_product and positional_encoding, are in tests/test_grading.py)."""
+and the hints of scaled_dot_product and positional_encoding, are in
+tests/grading/practicals/test_practical2.py)."""
 
 _MASK_HINT = "look at the mask"  # mha_masks' hint, for mask slips only
 # The line that called a sub-module without is_train is named, not the sub-module's dropout.

@@ -1,6 +1,6 @@
 """Mutants of practical 3's reference: each must fail its exercise's checks (and, where a
 third item says so, with a message that names the slip), and variants, correct code written
-another way, that must pass every check of their exercise (see tests/test_mutants.py)."""
+another way, that must pass every check of their exercise (see tests/grading/practicals/test_mutants.py)."""
 
 _TRIL = "return jnp.tril(jnp.ones((seq_len, seq_len), jnp.int32))"
 # the end of the block's self-attention (its two branches: without a cache and with one)

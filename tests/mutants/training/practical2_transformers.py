@@ -1,7 +1,7 @@
 """Training-mode slips of practical 2's reference (dropout elsewhere, missing or doubled), each
 of which its exercise's training-mode check must catch, and correct modules that draw their
 dropout keys in another order, which every check of the exercise must pass
-(tests/test_training_mode.py)."""
+(tests/grading/practicals/test_training_mode.py)."""
 
 _HIDDEN = "            hidden = hk.dropout(hk.next_rng_key(), self.p_dropout, hidden)\n"
 _ATTENTION = "        x = self.norm_1(x + dropout(attended))\n"

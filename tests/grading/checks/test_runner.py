@@ -1,15 +1,20 @@
-"""Gates on every target: trivial code in place of any target of any exercise (hidden ones
+"""Tests of m2l_nlp.grading.checks.runner.
+
+Gates on every target: trivial code in place of any target of any exercise (hidden ones
 included) earns nothing, all or nothing and under partial credit alike. The reference, in
 the same namespace machinery, earns every point (so the variants, not the setup, fail).
 
 Slow (about 25 s on 2 cores, most of it the reference's own pass): each variant is a new
 function or class, compiled anew.
+
+Then, quick: the hints of describe_error, and blame_earlier's notes on earlier exercises.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import traceback
 import types
 from collections.abc import Callable
 
@@ -19,9 +24,16 @@ import pytest
 
 from m2l_nlp.grading.checks.catalog import load_exercises
 from m2l_nlp.grading.checks.registry import Check, Exercise
-from m2l_nlp.grading.checks.runner import CheckResult, ExerciseResult, outcome, reference, run_check
-
-pytestmark = pytest.mark.slow
+from m2l_nlp.grading.checks.runner import (
+    CheckResult,
+    ExerciseResult,
+    StudentError,
+    blame_earlier,
+    describe_error,
+    outcome,
+    reference,
+    run_check,
+)
 
 
 def _zeros(out):
@@ -139,12 +151,14 @@ def exercises():
     return load_exercises(hidden=True)
 
 
+@pytest.mark.slow
 def test_the_reference_in_the_same_machinery_earns_every_point(exercises):
     for ex in exercises.values():
         ref = reference(ex.practical)
         assert _points(_grade(ex, _namespace(ref), ref)) == (ex.points, ex.points), ex.name
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "target", "variant"), _cases())
 def test_trivial_code_for_any_target_earns_nothing(exercises, name, target, variant):
     ex = exercises[name]
@@ -157,3 +171,54 @@ def test_trivial_code_for_any_target_earns_nothing(exercises, name, target, vari
     failed = {c.check for c in result.checks if c.status != "passed"}
     covering = {c.name for c in ex.checks if c.gate and target in c.covers}
     assert covering and covering <= failed, said
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "Incompatible types for matmul arguments: float32[2,3,4,8] and float32[8,6,3,2]",
+        "Incompatible shapes for matmul arguments: (2, 3, 4, 8) and (8, 6, 3, 2)",  # Colab's jax
+    ],
+    ids=["jax 0.10", "jax 0.7.2"],
+)
+def test_the_hint_for_k_T_does_not_depend_on_the_jax_version(said):
+    """Each JAX words a matmul of mismatched shapes its own way; the hint must follow both."""
+    message = describe_error(ValueError(said), set())
+    assert message.endswith("swap only the last two, jnp.swapaxes(k, -1, -2).")
+
+
+def test_a_dropped_is_train_is_named_from_another_process_too():
+    """The trusted grader's worker sends back the frames' lines only: the student's line that
+    calls a ``__call__`` of theirs without is_train is named, not the dropout it reaches."""
+    path = "/submission/practical2_transformers.py"
+    call = "x = self.norm_2(x + dropout(self.feed_forward(x)))"
+    frames = [
+        traceback.FrameSummary(path, 333, "__call__", line=call),
+        traceback.FrameSummary("/venv/site-packages/haiku/module.py", 9, "wrapped", line="f()"),
+        traceback.FrameSummary(
+            path, 272, "__call__", line="h = hk.dropout(hk.next_rng_key(), p, h)"
+        ),
+    ]
+    said = (
+        "You must pass a non-None PRNGKey to init and/or apply if you make use of random numbers."
+    )
+    message = describe_error(StudentError("MissingRNGError", said, frames), {path})
+    assert f"line 333: `{call}`)\nHint: this line calls a sub-module without is_train" in message
+
+
+def test_a_note_names_a_failing_earlier_exercise_but_never_a_hidden_one():
+    """A failed exercise that calls earlier work is told which earlier exercise fails; a
+    hidden one failing says nothing (a visible note would tell how the hidden one went)."""
+    earlier = Exercise("attention", "p", 10, ("attend",))
+    hidden = Exercise("attention_beyond", "p", 10, ("attend",), hidden=True)
+    later = Exercise("decoder", "p", 10, ("Decoder",), uses=("attend",))
+
+    def graded(ex: Exercise, status: str) -> ExerciseResult:
+        return ExerciseResult(ex, [CheckResult(ex.name, "c", status)])
+
+    for first, named in ((earlier, True), (hidden, False)):
+        results = [graded(first, "failed"), graded(later, "failed")]
+        blame_earlier(results)
+        assert ("attention" in results[1].note) is named, results[1].note
+        if named:
+            assert results[1].note.startswith("note: this exercise calls your attend")

@@ -1,8 +1,8 @@
 """A toy kind of run, added as the README says: do 0s or 1s win in a string of digits?
 
 Its data are drawn here, its model is a bag of digits, and its checkpoint is read by a
-command of its own, ``m2l-nlp majority``. tests/test_new_practical.py copies this file to
-m2l_nlp/runs/majority.py in a scratch copy of the course.
+command of its own, ``m2l-nlp majority``. tests/e2e/test_contributor_new_practical.py copies
+this file to m2l_nlp/runs/majority.py in a scratch copy of the course.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The training-mode checks against slips of dropout: each mutant of
-``tests/mutants/training/<practical>.py`` (``MUTANTS``, as in tests/test_mutants.py) must fail
+``tests/mutants/training/<practical>.py`` (``MUTANTS``, as in test_mutants.py) must fail
 its exercise's training-mode check, and each variant (``VARIANTS``: correct modules that draw
 their dropout keys in another order) must pass every check of its exercise, against the
 reference and against its recorded answers (a handout's). Slow: each compiles models in
@@ -16,7 +16,7 @@ from test_mutants import _grade, _mutant, _recorded
 from m2l_nlp.grading.checks.catalog import load_exercises
 from m2l_nlp.grading.checks.runner import outcome, reference, run_check
 
-FOLDER = Path(__file__).resolve().parent / "mutants" / "training"
+FOLDER = Path(__file__).resolve().parents[3] / "tests" / "mutants" / "training"
 TRAINING_CHECK = "training_matches_reference"  # the end of every training-mode check's name
 
 

@@ -21,7 +21,7 @@ from m2l_nlp.grading.checks import replies, wire
 from m2l_nlp.grading.checks.catalog import load_exercises
 from m2l_nlp.grading.checks.registry import CheckFailure
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 P2, P3 = "practical2_transformers", "practical3_translation"
 F32 = np.float32
 

@@ -1,7 +1,7 @@
 """Mutants of a practical's reference, found by convention: ``tests/mutants/<practical>.py``
 defines ``MUTANTS = {exercise: [(slip, [(text in the solution, replacement), ...]), ...]}``.
 Each mutant must fail its exercise's checks (practicals 1 and 2 keep most of theirs, with the
-messages each slip must get, in tests/test_practical1.py and tests/test_grading.py).
+messages each slip must get, in test_practical1.py and test_practical2.py).
 
 A mutant may add a third item, ``{"says": text, "not": text}`` (either key optional): the
 message its failure must hold, and one that no message of it may hold. Those are asserted
@@ -32,7 +32,7 @@ from m2l_nlp.grading.checks.expected import Replay
 from m2l_nlp.grading.checks.runner import outcome, reference, run_check, stub_lines_of
 from m2l_nlp.grading.trusted.recording import record
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 _counter = itertools.count()
 
 

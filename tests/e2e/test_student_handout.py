@@ -30,7 +30,7 @@ from m2l_nlp.grading.trusted.bundle import (
     tracked_files,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 REPOSITORY = "https://github.com/teacher-7f3a/course"
 BROKEN = "\ndef broken(:\n"  # appended to a student's file: it no longer parses
 

@@ -1,5 +1,5 @@
 """The bundles' checks of the hidden exercises (m2l_nlp/grading/trusted/bundle.py), made
-before a class sees them; the handout's own README and Makefile: test_handout.py."""
+before a class sees them (the handout's own README and Makefile: tests/e2e/)."""
 
 from __future__ import annotations
 

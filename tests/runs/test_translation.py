@@ -136,7 +136,7 @@ def test_beam_search_of_one_beam_is_greedy_and_more_beams_find_likelier_text():
 def test_translate_refuses_what_is_not_a_translator_in_one_line(tmp_path, capsys):
     assert cli.main(["translate", "--checkpoint", str(tmp_path / "none"), "Hello."]) == 2
     assert "there is no checkpoint at" in capsys.readouterr().err
-    (tmp_path / "old").mkdir()  # a checkpoint of before the manifest (tests/test_checkpoint.py)
+    (tmp_path / "old").mkdir()  # a checkpoint of before the manifest (test_checkpoint.py)
     (tmp_path / "old" / "characters.json").write_text("{}")
     assert cli.main(["translate", "--checkpoint", str(tmp_path / "old"), "Hello."]) == 2
     assert "has no manifest.json" in capsys.readouterr().err

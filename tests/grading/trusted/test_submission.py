@@ -19,7 +19,7 @@ from m2l_nlp.grading.trusted.submission import (
     module_from_notebook,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[3]
 GOOD = "def f():\n    return 1\n"  # the other practical's file, graded in every case
 
 

@@ -35,7 +35,7 @@ from m2l_nlp.grading.checks.runner import run_check, stub_lines_of
 from m2l_nlp.grading.trusted.bundle import autograder
 from m2l_nlp.impl import load_practical
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 P1, P2, P3 = "practical1_baselines", "practical2_transformers", "practical3_translation"
 
 

@@ -1,6 +1,5 @@
 """Tests of m2l_nlp.data.tatoeba (the pairs: sources, strict reading, the component split,
-references), m2l_nlp.model.retrieval and m2l_nlp.train.translation_scores, on the bundled
-excerpt and small files written here."""
+references), on the bundled excerpt and small files written here."""
 
 from __future__ import annotations
 
@@ -14,10 +13,8 @@ import pytest
 
 from m2l_nlp.data import imdb_archive, tatoeba
 from m2l_nlp.data.tatoeba import Pair
-from m2l_nlp.model.retrieval import RetrievalBaseline
-from m2l_nlp.train.translation_scores import score
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _write(path: Path, data: bytes) -> Path:
@@ -26,8 +23,8 @@ def _write(path: Path, data: bytes) -> Path:
 
 
 @pytest.fixture(scope="module")
-def small() -> list[Pair]:
-    return tatoeba.read_pairs(tatoeba.resolve_pairs("small"))
+def small(tatoeba_small: list[Pair]) -> list[Pair]:
+    return tatoeba_small
 
 
 # --------------------------------------------------------------------------- reading
@@ -218,33 +215,3 @@ def test_random_pair_split(small):
 def test_references_group_by_english_in_first_seen_order():
     pairs = [Pair("b", "β"), Pair("a", "α1"), Pair("b", "β2"), Pair("a", "α1"), Pair("b", "β")]
     assert tatoeba.references(pairs) == (["b", "a"], [["β", "β2"], ["α1"]])
-
-
-# --------------------------------------------------------------------------- baseline and scores
-
-
-def test_retrieval_finds_training_sentences(small):
-    english, greek = tatoeba.references(small[:500])
-    model = RetrievalBaseline(small[:500])
-    assert model.translate(english) == [renderings[0] for renderings in greek]
-    assert model.translate([english[0].upper()]) == [greek[0][0]]  # case is ignored
-    assert model.translate(["\u2603 \u2603"])[0] in model.greek  # something, always
-
-
-def test_perfect_translation_scores_100():
-    refs = [["Σ' αγαπώ πολύ, Μαρία."], ["Πώς είσαι σήμερα;", "Τι κάνεις σήμερα;"]]
-    scores = score(["Σ' αγαπώ πολύ, Μαρία.", "Τι κάνεις σήμερα;"], refs)
-    assert scores.bleu == pytest.approx(100) and scores.chrf == pytest.approx(100)
-    assert "tok:13a" in scores.bleu_signature and "nrefs:var" in scores.bleu_signature
-    assert "nc:6" in scores.chrf_signature
-
-
-def test_scores_use_every_reference():
-    hyps = ["Τι κάνεις σήμερα;", "Καλημέρα σας."]
-    one = score(hyps, [["Πώς είσαι σήμερα;"], ["Καλημέρα."]])
-    more = score(hyps, [["Πώς είσαι σήμερα;", "Τι κάνεις σήμερα;"], ["Καλημέρα."]])
-    assert more.bleu > one.bleu and more.chrf > one.chrf
-    with pytest.raises(ValueError, match="one list per hypothesis"):
-        score(hyps, [["a"]])
-    with pytest.raises(ValueError, match="at least one reference"):
-        score(hyps, [["a"], []])

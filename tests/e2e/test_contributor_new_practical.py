@@ -1,7 +1,7 @@
 """The README's recipe for a new practical, followed in a scratch copy of the repository: its
 solution file, its checks where practicals live, a mutant where mutants live, then
 `make solutions` (twice: it stops once to have the generated files committed) and `pytest`.
-No other file is edited. The files added are in tests/new_practical/."""
+No other file is edited. The files added are in tests/e2e/new_practical/."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
-FILES = ROOT / "tests" / "new_practical"
-ADDED = {  # where each file of tests/new_practical/ goes
+ROOT = Path(__file__).resolve().parents[2]
+FILES = ROOT / "tests" / "e2e" / "new_practical"
+ADDED = {  # where each file of tests/e2e/new_practical/ goes
     "solutions/practical9_demo.py": "practical9_demo.py",
     "m2l_nlp/grading/practicals/practical9/checks.py": "checks.py",
     "tests/mutants/practical9_demo.py": "mutants.py",
@@ -53,7 +53,7 @@ def _make(copy: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 def _course_copy(tmp_path: Path) -> Path:
-    """This working tree's files (tests/new_practical/ aside), as a repository of its own."""
+    """This working tree's files (tests/e2e/new_practical/ aside), as a repository of its own."""
     copy = tmp_path / "course"
     listed = subprocess.run(
         ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
@@ -63,7 +63,7 @@ def _course_copy(tmp_path: Path) -> Path:
         check=True,
     ).stdout.split("\0")
     for name in filter(None, listed):
-        if (ROOT / name).is_file() and not name.startswith("tests/new_practical/"):
+        if (ROOT / name).is_file() and not name.startswith("tests/e2e/new_practical/"):
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, copy / name)
     _git(copy, "init", "-q")
@@ -104,7 +104,7 @@ def test_a_practical_is_added_in_one_place(tmp_path):
     env = {k: v for k, v in os.environ.items() if k not in ("M2L_ROOT", "M2L_IMPL")}
     graded = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/graded"]
-        + ["tests/test_mutants.py", "-k", "self_attention"],
+        + ["tests/grading/practicals/test_mutants.py", "-k", "self_attention"],
         cwd=copy,
         env={**env, "PYTHONPATH": str(copy)},
         capture_output=True,

@@ -1,0 +1,124 @@
+"""Tests of m2l_nlp.grading.trusted.isolation: sandboxes and the pool of users."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+SANDBOX_ATTACK = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+made = 0
+for i in range(100_000):
+    try:
+        os.close(os.open(f"/tmp/f{i}", os.O_CREAT | os.O_WRONLY, 0o600))
+        made += 1
+    except OSError:
+        break
+libc.syscall(248, b"user", b"m2l-sandbox-5d2c", b"kept", ctypes.c_size_t(4), ctypes.c_long(-4))
+queue = libc.mq_open(b"/m2l-sandbox-5d2c", 0o100 | 2, 0o666, None)
+segment = libc.shmget(0x5D2D, 1 << 20, 0o1000 | 0o666)
+print(made, queue >= 0, segment >= 0)
+"""
+
+
+SANDBOX_SPY = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+key = libc.syscall(250, 10, ctypes.c_long(-4), b"user", b"m2l-sandbox-5d2c", 0)
+queue = libc.mq_open(b"/m2l-sandbox-5d2c", 0, 0, None)
+files = sum(n.startswith("f") for n in os.listdir("/tmp"))
+print(files, key >= 0, queue >= 0, libc.shmget(0x5D2D, 0, 0) >= 0)
+"""
+
+
+def test_a_sandbox_bounds_inodes_and_its_kernel_objects_end_with_it():
+    """Where bubblewrap starts (root, the kernel's user namespaces), a phase's files are
+    bounded in number, and nothing it made (files, keys, queues, System V segments) is
+    seen by the next phase's sandbox."""
+    from m2l_nlp.grading.trusted import isolation
+
+    if os.geteuid() != 0:
+        pytest.skip("the grader makes sandboxes only as root")
+    users = isolation.pool()
+    tmp_path = Path(tempfile.mkdtemp(prefix="m2l-sandbox-test-", dir="/tmp"))  # as the grader's
+    tmp_path.chmod(0o755)
+    python = "/usr/bin/python3"  # the standard library only; any user may run it
+    why_not = isolation.Isolation.probe(users[0], tmp_path, python)
+    if why_not is not None:
+        shutil.rmtree(tmp_path)
+        pytest.skip(f"no sandbox on this machine: {why_not}")
+    said = []
+    places = isolation.Isolation(users, tmp_path, said.append, sandbox=True)
+
+    def run(code: str) -> list[str]:
+        place = places.open(time.time())
+        try:
+            done = subprocess.run(
+                place.command([python, "-I", "-c", code], tmp_path),
+                user=place.user[0],
+                group=place.user[1],
+                extra_groups=[],
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+            assert done.returncode == 0, done.stderr
+            return done.stdout.split()
+        finally:
+            assert places.close(place).left == []
+
+    try:
+        made, queue, segment = run(SANDBOX_ATTACK)
+        assert int(made) < isolation.TMPFS_INODES and queue == segment == "True"
+        assert run(SANDBOX_SPY) == ["0", "False", "False", "False"]
+        assert not list(tmp_path.glob("sandbox-*")) and said == []
+    finally:
+        shutil.rmtree(tmp_path)
+
+
+def test_a_pool_user_whose_leftovers_stay_is_retired_and_an_empty_pool_says_so(
+    tmp_path, monkeypatch
+):
+    """The users path: a phase's user whose keyring could not be cleared is never handed
+    out again (logged); once every user is retired, no place is left, in words."""
+    from m2l_nlp.grading.trusted import isolation
+    from m2l_nlp.grading.trusted.cleanup import Cleaned
+
+    if os.geteuid() != 0:
+        pytest.skip("the pool's homes are given to its users by root")
+    monkeypatch.setattr(isolation, "remove_files_of", lambda *a: Cleaned())
+    monkeypatch.setattr(isolation, "remove_ipc_of", lambda *a: Cleaned())
+    stuck = {(65534, 65534)}
+    monkeypatch.setattr(
+        isolation,
+        "remove_keys_of",
+        lambda user: Cleaned(0, ["keyrings: 1 could not be cleared"] if user in stuck else []),
+    )
+    said = []
+    places = isolation.Isolation([(65534, 65534), (65533, 65533)], tmp_path, said.append)
+    first = places.open(time.time())
+    assert first.user == (65534, 65534) and Path(first.home).stat().st_uid == 65534
+    assert places.close(first).left and places.users == [(65533, 65533)]
+    assert any("user 65534 is retired" in line for line in said)
+    second = places.open(time.time())
+    assert second.user == (65533, 65533) and places.close(second).left == []
+    assert places.open(time.time()).user == (65533, 65533)  # a clean user is used again
+    stuck.add((65533, 65533))
+    places.close(places.open(time.time()))
+    with pytest.raises(isolation.NoPlaceLeft, match="every user of the pool"):
+        places.open(time.time())
+    # a keyring left unwritable by an earlier grading: that user is retired before any phase
+    again = isolation.Isolation([(65534, 65534), (65532, 65532)], tmp_path, said.append)
+    again.retire_unclean()
+    assert again.users == [(65532, 65532)] and again.retired == [(65534, 65534)]
+    assert "its keyrings cannot be emptied" in said[-1]
