@@ -317,3 +317,17 @@ def test_the_exact_count_of_memory_outside_processes_runs_at_most_once_a_second(
         time.sleep(2.5)
     assert 2 <= len(asked) <= 4 and not killed
     assert all(b - a >= 0.99 for a, b in zip(asked, asked[1:], strict=False))
+
+
+def test_the_memory_group_path_is_probed_before_a_phase_relies_on_it(tmp_path):
+    """A group is made and a launched process joins it, or the probe says why not in a line
+    (here: a parent folder that is no cgroup at all, where nothing can be made)."""
+    from m2l_nlp.grading.trusted.limits import MemoryGroup
+
+    missing = (tmp_path / "no-such-cgroup", False)
+    assert "a group cannot be made under" in MemoryGroup.probe(missing, 64 << 20)
+    parent = MemoryGroup.parent()
+    if os.geteuid() != 0 or isinstance(parent, str):
+        pytest.skip(f"needs root and a memory cgroup ({parent})")
+    assert MemoryGroup.probe(parent, 256 << 20) is None
+    assert not list(parent[0].glob(f"m2l-phase-{os.getpid()}-probe"))  # removed after
