@@ -792,7 +792,7 @@ def graded(installed, tmp_path_factory):
         cwd=root / "source",
         capture_output=True,
         text=True,
-        timeout=1500,
+        timeout=2400,  # a guard against a hang (47 submissions; a busy machine is slower)
     )
     batch.seconds = time.monotonic() - start
     for name in cases:
