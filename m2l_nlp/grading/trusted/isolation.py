@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import os
 import pwd
 import shutil
@@ -89,6 +90,10 @@ class Place:
             st = os.statvfs(self.mount)
         except OSError:
             return 0
+        # once unmounted (the phase ending while the memory watch looks), the folder is on
+        # the machine's own disk, whose usage is nobody's submission
+        if st.f_blocks * st.f_frsize != TMPFS_BYTES or st.f_files != TMPFS_INODES:
+            return 0
         return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
@@ -123,6 +128,19 @@ def kept_through(cwd: Path) -> list[str]:
     return kept
 
 
+@functools.cache
+def newer_options() -> tuple[str, ...]:
+    """What this bwrap can do beyond Ubuntu 22.04's 0.6: ``--disable-userns`` (0.8), so that
+    the sandbox makes no user namespace of its own (in which it could mount a tmpfs that no
+    bound on the sandbox's own counts)."""
+    try:
+        done = subprocess.run([BWRAP, "--help"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    found = "--disable-userns" in done.stdout + done.stderr
+    return ("--unshare-user", "--disable-userns") if found else ()  # it needs the first
+
+
 def sandbox_command(mount: Path, cwd: Path, command: Sequence[str]) -> list[str]:
     """``command`` under bubblewrap: every namespace new, the file system read-only, the
     tmpfs ``mount``'s folders as ``/tmp`` and ``/dev/shm``, what the worker needs there
@@ -131,6 +149,7 @@ def sandbox_command(mount: Path, cwd: Path, command: Sequence[str]) -> list[str]
     return [
         BWRAP,
         "--unshare-all",  # user, PID, IPC, mount, network, UTS, cgroup
+        *newer_options(),
         "--die-with-parent",
         "--new-session",
         "--ro-bind", "/", "/",

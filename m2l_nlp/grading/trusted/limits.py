@@ -51,10 +51,12 @@ def _deny_keyrings():
         return "no keyring syscall numbers are known for this machine"
     load, jump_eq, jump_ge, ret = 0x20, 0x15, 0x35, 0x06
     deny, allow = 0x00050000 | 1, 0x7FFF0000  # SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ALLOW
-    # seccomp_data: the syscall's number at offset 0, its architecture at offset 4
+    # seccomp_data: the syscall's number at offset 0, its architecture at offset 4. Another
+    # architecture's calls (i386's int 0x80 from x86_64 code) have numbers of their own:
+    # refused whole, as no worker makes them.
     tests = [(jump_ge, 0x40000000)] if arch == 0xC000003E else []  # x86_64's x32 calls
     tests += [(jump_eq, n) for n in numbers]
-    program = [(load, 0, 0, 4), (jump_eq, 0, len(tests) + 1, arch), (load, 0, 0, 0)]
+    program = [(load, 0, 0, 4), (jump_eq, 1, 0, arch), (ret, 0, 0, deny), (load, 0, 0, 0)]
     for i, (op, k) in enumerate(tests):  # a match jumps to the last instruction: deny
         program.append((op, len(tests) - i, 0, k))
     program += [(ret, 0, 0, allow), (ret, 0, 0, deny)]

@@ -331,3 +331,30 @@ def test_the_memory_group_path_is_probed_before_a_phase_relies_on_it(tmp_path):
         pytest.skip(f"needs root and a memory cgroup ({parent})")
     assert MemoryGroup.probe(parent, 256 << 20) is None
     assert not list(parent[0].glob(f"m2l-phase-{os.getpid()}-probe"))  # removed after
+
+
+def test_nothing_the_launcher_starts_can_call_through_another_architecture():
+    """On x86_64, ``int 0x80`` reaches i386's system calls, numbered otherwise (add_key is
+    286 there): the filter refuses every call of an architecture that is not the machine's."""
+    import platform
+
+    from m2l_nlp.grading.trusted.limits import launch_command
+
+    if platform.machine() != "x86_64":
+        pytest.skip("int 0x80 is x86_64's door to i386's calls")
+    # mov eax, 20 (i386's getpid); int 0x80; ret: the pid, or -1 (-EPERM) when refused
+    probe = (
+        "import ctypes, mmap, os\n"
+        "page = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+        "page.write(bytes.fromhex('b814000000cd80c3'))\n"
+        "address = ctypes.addressof(ctypes.c_char.from_buffer(page))\n"
+        "said = ctypes.CFUNCTYPE(ctypes.c_int)(address)()\n"
+        "print('i386 getpid', 'refused' if said == -1 else 'allowed' if said == os.getpid() "
+        "else said)\n"
+    )
+    run = lambda command: subprocess.run(  # noqa: E731
+        command, input=probe, capture_output=True, text=True, timeout=120
+    )
+    assert "i386 getpid allowed" in run([sys.executable, "-m", "code"]).stdout  # the door
+    done = run(launch_command("code", [], None, None))
+    assert "i386 getpid refused" in done.stdout, done.stdout + done.stderr
