@@ -756,6 +756,17 @@ def _processes_of(user: str) -> set[int]:
     return pids
 
 
+def _run_or_show(command: list[str], timeout: float, **kwargs) -> subprocess.CompletedProcess:
+    """``subprocess.run`` with its output captured; past ``timeout``, the test fails with what
+    the command had printed (the grader's log says where it was)."""
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=timeout, **kwargs)
+    except subprocess.TimeoutExpired as err:
+        said = err.stdout or b""
+        said = said.decode(errors="replace") if isinstance(said, bytes) else said
+        pytest.fail(f"{command[0]} ran past {timeout} s; its output:\n{said[-6000:]}")
+
+
 @pytest.fixture(scope="module")
 def graded(installed, tmp_path_factory):
     """Results by name, the honest run and the batch run, and what they ran in: the honest
@@ -772,8 +783,8 @@ def graded(installed, tmp_path_factory):
     cases = _submissions(tmp_path / CASES, root)
     shutil.copytree(tmp_path / CASES / "honest", root / "submission")
 
-    honest = subprocess.run(
-        [str(root / "run_autograder")], env=env, capture_output=True, text=True, timeout=600
+    honest = _run_or_show(  # a guard against a hang: a busy CI machine takes twice as long
+        [str(root / "run_autograder")], env=env, timeout=1800
     )
     results = {"honest": json.loads(results_file.read_text())}
 
@@ -786,13 +797,11 @@ def graded(installed, tmp_path_factory):
         target = results_file if name == "rewrite_results" else tmp_path / f"{name}.json"
         pairs += [str(folder), str(target)]
     start = time.monotonic()
-    batch = subprocess.run(
+    batch = _run_or_show(
         [sys.executable if not ROOT_ONLY else "python3", "-m", "m2l_nlp.grading.trusted", *pairs],
         env={**env, "M2L_ROOT": str(root / "source")},
         cwd=root / "source",
-        capture_output=True,
-        text=True,
-        timeout=2400,  # a guard against a hang (47 submissions; a busy machine is slower)
+        timeout=3600,  # a guard against a hang (47 submissions; a busy machine is slower)
     )
     batch.seconds = time.monotonic() - start
     for name in cases:
@@ -1154,14 +1163,12 @@ def bounded(installed, tmp_path_factory):
     pairs = []
     for folder in (hog, slow, sockets, keys, honest):
         pairs += [str(folder), str(tmp / f"{folder.name}.json")]
-    run = subprocess.run(
+    run = _run_or_show(
         ["python3" if ROOT_ONLY else sys.executable, "-m", "m2l_nlp.grading.trusted", *pairs],
         # the fallback path, where a machine refuses sandboxes: a fresh user per phase
         env={**env, "M2L_ROOT": str(source), "M2L_ISOLATION": "users"},
         cwd=source,
-        capture_output=True,
-        text=True,
-        timeout=900,
+        timeout=1800,
     )
     cases = (hog, slow, sockets, keys, honest)
     missing = [f.name for f in cases if not (tmp / f"{f.name}.json").exists()]
@@ -1350,7 +1357,7 @@ def test_the_grade_is_reproduced_from_its_seed(graded, tmp_path):
     first = graded.results["partial_in_exercises_folder"]
     seed = first["extra_data"]["seed"]
     again = tmp_path / "again.json"
-    run = subprocess.run(
+    run = _run_or_show(
         [
             sys.executable if not ROOT_ONLY else "python3",
             "-m",
@@ -1362,9 +1369,7 @@ def test_the_grade_is_reproduced_from_its_seed(graded, tmp_path):
         ],
         env={**graded.env, "M2L_ROOT": str(graded.root / "source")},
         cwd=graded.root / "source",
-        capture_output=True,
-        text=True,
-        timeout=600,
+        timeout=1200,
     )
     assert run.returncode == 0, run.stderr[-3000:]
     second = json.loads(again.read_text())
@@ -1381,7 +1386,7 @@ def test_no_user_to_run_student_code_is_said_in_the_results(installed, tmp_path)
         pytest.skip("the grader drops to another user only as root")
     _solved(tmp_path / "submission", P1)
     out = tmp_path / "results.json"
-    run = subprocess.run(
+    run = _run_or_show(
         ["python3", "-m", "m2l_nlp.grading.trusted", str(tmp_path / "submission"), str(out)],
         env={**env, "M2L_ROOT": str(root / "source"), "M2L_GRADER_USER": "no-such-user-m2l"},
         cwd=root / "source",
@@ -1424,9 +1429,7 @@ def test_partial_credit_and_visible_hidden_checks_through_run_autograder(graded,
         run = subprocess.run(
             [str(graded.root / "run_autograder")],
             env=graded.env,
-            capture_output=True,
-            text=True,
-            timeout=600,
+            timeout=1200,
         )
     finally:
         settings.write_text(kept)

@@ -1,6 +1,6 @@
 """Fixtures shared by the tests of m2l_nlp.grading: practical 2's reference solution, the
 helpers that grade edited copies of it in-process (practicals/test_practical2.py,
-local/test_notebook.py, local/test_pytest_plugin.py), and practical 2's mutation table.
+local/test_notebook.py, local/test_pytest_plugin.py).
 
 The fixtures keep the names the tests used when these were constants and functions of one
 module (``P2``, ``SOLUTION``, ``_mutate``, ...), so that the tests read as they did."""
@@ -39,7 +39,19 @@ def _mutate(source: str, old: str, new: str) -> str:
     return source.replace(old, new)
 
 
-def _apply(edits) -> str:
+def _mutant_edits(exercise: str, slip: str) -> list[tuple[str, str]]:
+    """The edits of practical 2's mutant ``slip`` of ``exercise`` (tests/mutants/)."""
+    path = Path(__file__).parents[1] / "mutants" / f"{P2}.py"
+    spec = importlib.util.spec_from_file_location(f"mutants_{P2}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    (edits,) = [m[1] for m in module.MUTANTS[exercise] if m[0] == slip]
+    return edits
+
+
+def _apply(edits: list[tuple[str, str]] | tuple[str, str]) -> str:
+    if isinstance(edits, tuple):  # (exercise, slip): a mutant of tests/mutants/
+        edits = _mutant_edits(*edits)
     source = SOLUTION
     for old, new in edits:
         source = _mutate(source, old, new)
@@ -73,19 +85,7 @@ def mutate() -> Callable[[str, str, str], str]:
 
 @pytest.fixture(name="_apply", scope="session")
 def apply_edits() -> Callable[[list[tuple[str, str]]], str]:
-    """``_apply(edits)``: practical 2's reference with each ``(old, new)`` of ``edits`` made."""
+    """``_apply(edits)``: practical 2's reference with each ``(old, new)`` of ``edits`` made;
+    ``edits`` may name a mutant of tests/mutants/practical2_transformers.py, ``(exercise,
+    slip)``."""
     return _apply
-
-
-@pytest.fixture(name="MUTATIONS", scope="session")
-def p2_mutations() -> dict[str, list]:
-    """Practical 2's mutation table (exercise -> [(label, edits)]). practicals/test_practical2.py
-    parametrizes its tests with it when they are collected, where no fixture reaches, so it is
-    defined there, once, and read from that module: the one pytest imported, else the file."""
-    path = Path(__file__).parent / "practicals" / "test_practical2.py"
-    module = sys.modules.get(path.stem)
-    if module is None or Path(module.__file__).resolve() != path.resolve():
-        spec = importlib.util.spec_from_file_location(f"_{path.stem}_tables", path)
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    return module.MUTATIONS

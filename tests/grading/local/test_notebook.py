@@ -23,9 +23,8 @@ def _notebook(source: str) -> dict:
     return namespace
 
 
-def test_check_in_a_notebook(capsys, _apply, MUTATIONS):
-    edits = dict(MUTATIONS["scaled_dot_product"])["softmax over the queries"]
-    nb = _notebook(_apply(edits))
+def test_check_in_a_notebook(capsys, _apply):
+    nb = _notebook(_apply(("scaled_dot_product", "softmax over the queries")))
     exec("result = check('scaled_dot_product', scaled_dot_product)", nb)
     result = nb["result"]
     assert result.status == "failed" and result.points == 0

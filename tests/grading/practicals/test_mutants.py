@@ -1,13 +1,14 @@
-"""Mutants of a practical's reference, found by convention: ``tests/mutants/<practical>.py``
+"""Mutants of each practical's reference, by one convention: ``tests/mutants/<practical>.py``
 defines ``MUTANTS = {exercise: [(slip, [(text in the solution, replacement), ...]), ...]}``.
-Each mutant must fail its exercise's checks (practicals 1 and 2 keep most of theirs, with the
-messages each slip must get, in test_practical1.py and test_practical2.py).
+Each mutant must fail its exercise's checks, every failing check with a message in words (no
+traceback); each exercise has three mutants at least.
 
-A mutant may add a third item, ``{"says": text, "not": text}`` (either key optional): the
-message its failure must hold, and one that no message of it may hold. Those are asserted
-twice: graded against the reference module (the course repository), and (slow: the answers
-are recorded first) against its recorded answers, as a student's handout grades, where a
-hint can ask the reference only what was recorded and the student's earlier work is called.
+A mutant may add a third item, ``{"says": text, "not": text or tuple, "check": name}`` (each
+key optional): the words its failure's messages must hold, those none of them may hold, and
+the one check whose message is read (else all that failed). Those are asserted twice: graded
+against the reference module (the course repository), and (slow: the answers are recorded
+first) against its recorded answers, as a student's handout grades, where a hint can ask the
+reference only what was recorded and the student's earlier work is called.
 
 ``VARIANTS = {exercise: [(name, edits), ...]}`` in the same file: correct code written another
 way (a sampler by Gumbel-max rather than jax.random.categorical), which must pass every check
@@ -97,14 +98,23 @@ def _grade(module, exercise: str, ref, first_failure: bool = False) -> list[tupl
     return results
 
 
-def _expect_caught(results: list[tuple[str, str]], slip: str, said: dict[str, str], where: str):
+def _expect_caught(
+    results: list[tuple[str, str]], exercise: str, slip: str, said: dict, where: str
+):
     statuses = [status for status, _ in results]
     assert any(s == "failed" for s in statuses), f"{slip!r} was not caught: {statuses}"
-    messages = "\n".join(message for status, message in results if status == "failed")
+    failed = [message for status, message in results if status == "failed"]
+    assert all(len(m) > 30 and "Traceback" not in m for m in failed), failed
+    messages = "\n".join(failed)
+    if "check" in said:
+        checks = [chk.name for chk in load_exercises()[exercise].checks]
+        graded = zip(checks, results, strict=True)
+        (messages,) = [m for name, (_, m) in graded if name == said["check"]]
     if "says" in said:
         assert said["says"] in messages, f"{slip!r} against {where}:\n{messages}"
-    if "not" in said:
-        assert said["not"] not in messages, f"{slip!r} against {where}:\n{messages}"
+    nots = said.get("not", ())
+    for words in (nots,) if isinstance(nots, str) else nots:
+        assert words not in messages, f"{slip!r} against {where}:\n{messages}"
 
 
 @pytest.mark.parametrize(
@@ -117,7 +127,17 @@ def test_a_mutant_fails_its_exercise(tmp_path, practical, exercise, slip, edits,
     ref = reference(load_exercises()[exercise].practical)
     # Caught is one failing check; a message asserted (said) needs them all.
     results = _grade(module, exercise, ref, first_failure=not said)
-    _expect_caught(results, slip, said, "the reference")
+    _expect_caught(results, exercise, slip, said, "the reference")
+
+
+def test_every_exercise_of_a_practical_with_mutants_has_three():
+    practicals = {m[0] for m in MUTANTS}
+    counts = {
+        name: sum(m[1] == name for m in MUTANTS)
+        for name, ex in load_exercises().items()
+        if ex.practical in practicals
+    }
+    assert all(n >= 3 for n in counts.values()), counts
 
 
 TOLD = [m for m in MUTANTS if m[4]]
@@ -132,7 +152,8 @@ TOLD = [m for m in MUTANTS if m[4]]
 def test_a_mutant_is_told_its_slip_in_a_handout(tmp_path, practical, exercise, slip, edits, said):
     """As a handout grades: against recorded answers, the student's earlier work called."""
     module = _mutant(tmp_path, practical, edits)
-    _expect_caught(_grade(module, exercise, _recorded(exercise)), slip, said, "recorded answers")
+    results = _grade(module, exercise, _recorded(exercise))
+    _expect_caught(results, exercise, slip, said, "recorded answers")
 
 
 @pytest.mark.parametrize(
