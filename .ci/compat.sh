@@ -9,9 +9,9 @@
 #           Python 3.12), which users may pin
 #   newest  the newest release of every dependency on the newest Python here; it records the
 #           versions that passed (.ci/newest-passed.txt) and, when it breaks, says what moved
-# Each runs the graded suite against the solutions, the tests of the checks' messages, the
-# library tests of the training loop and the demo training; colab also runs every solved
-# notebook. FLOORS_PYTHON / COLAB_PYTHON / COLAB_PREVIOUS_PYTHON / NEWEST_PYTHON name other
+# Each runs the graded suite in a built handout (the solutions as a student's exercises), the
+# tests of the checks' messages, the library tests of the training loop and the demo training;
+# colab also runs every solved notebook. FLOORS_PYTHON / COLAB_PYTHON / COLAB_PREVIOUS_PYTHON / NEWEST_PYTHON name other
 # interpreters.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,7 +45,6 @@ new_env() {  # new_env NAME PYTHON: a fresh virtual environment under .compat/
 
 graded_and_demo() {  # graded_and_demo ENV FOLDER: the graded suite and the demo run in FOLDER
   local py=$envs/$1/bin/python
-  (cd "$2" && "$py" -m pytest tests/graded --impl solutions -q -p no:cacheprovider)
   # what a student reads: the checks' hints follow JAX's own errors, whose words change
   # between versions (the .T hint once matched only the newer words); and the device the
   # checks run on
@@ -60,9 +59,11 @@ graded_and_demo() {  # graded_and_demo ENV FOLDER: the graded suite and the demo
       tests/data/test_batching.py tests/train/test_evaluation.py tests/train/test_optim.py \
       tests/test_transform.py tests/runs/test_checkpoint.py --impl solutions -q \
       -p no:cacheprovider -m "not slow")
-  # the handout's recorded answers (made with the instructor's jax, .venv's) replayed under
-  # this lane's jax: the solutions, as a student's exercises, earn every point. The same
-  # handout serves every lane: .ci/run builds it once (COMPAT_HANDOUT).
+  # the graded suite as a student runs it: the handout's recorded answers (made with the
+  # instructor's jax, .venv's) replayed under this lane's jax, the solutions as a student's
+  # exercises earning every point (every check runs the reference's code under this jax, so
+  # the suite against the live reference would only repeat it). The same handout serves every
+  # lane: .ci/run builds it once (COMPAT_HANDOUT).
   if [ -n "${COMPAT_HANDOUT:-}" ]; then
     while [ ! -d "$COMPAT_HANDOUT" ] && [ ! -e "$COMPAT_HANDOUT.failed" ]; do sleep 2; done
   fi

@@ -29,10 +29,14 @@ BROKEN = "raise RuntimeError('broken on purpose by benchmarks/breakage.py')"
 
 
 # Where the mirror's name is taken: the graded checks of a practical are tested per practical
-# (its mutants must fail them, its reference pass them); the graders' command line (a second
-# tests/test_cli.py would clash with the course's) by the plugin's runs.
+# (its mutants must fail them, its reference pass them), and so are the stacks' checks shared
+# by practicals 2 and 3; the graders' command line (a second tests/test_cli.py would clash with
+# the course's) by the plugin's runs; the translation pairs (tests/data/test_translation.py
+# would clash with the translation runs' file) beside the runs, which share their small split.
 ELSEWHERE = {
+    "m2l_nlp/data/translation.py": "tests/runs/test_translation.py",
     "m2l_nlp/grading/local/cli.py": "tests/grading/local/test_pytest_plugin.py",
+    "m2l_nlp/grading/practicals/stacks.py": "tests/grading/practicals/test_mutants.py",
     "m2l_nlp/grading/practicals/practical1": "tests/grading/practicals/test_practical1.py",
     "m2l_nlp/grading/practicals/practical2": "tests/grading/practicals/test_practical2.py",
     "m2l_nlp/grading/practicals/practical3": "tests/grading/practicals/test_mutants.py",

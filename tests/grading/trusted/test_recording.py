@@ -1,36 +1,44 @@
-"""Tests of m2l_nlp.grading.trusted.recording: the reference's recorded answers (the handout's)."""
+"""m2l_nlp.grading.trusted.recording: every check of one practical run on the reference, its
+answers recorded (the handout's records, the trusted grader's)."""
 
 from __future__ import annotations
+
+import types
 
 import numpy as np
 import pytest
 
-from m2l_nlp.grading.checks import expected
-from m2l_nlp.grading.checks.runner import outcome
+from m2l_nlp.grading.checks.catalog import load_exercises
+from m2l_nlp.grading.checks.expected import Replay
+from m2l_nlp.grading.checks.runner import judge_check, reference
+from m2l_nlp.grading.trusted.recording import record
+
+P1 = "practical1_baselines"
 
 
-def test_recorded_answers_replay_and_an_unrecorded_question_fails_in_words():
-    class Reference:
-        @staticmethod
-        def square(x):
-            return np.asarray(x) ** 2
-
-    recorder = expected.Recorder(Reference())
-    first = recorder.square(np.arange(3.0))
-    replay = expected.Replay(recorder.records)
-    np.testing.assert_array_equal(replay.square(np.arange(3.0)), first)
-    with pytest.raises(expected.NotRecorded, match="no expected value was recorded"):
-        replay.square(np.arange(4.0))
-    assert outcome(expected.NotRecorded("x"), set())[0] == "failed"
+@pytest.fixture(scope="module")
+def catalog():
+    """multi_hot (practical 1) and scaled_dot_product (practical 2): quick to check."""
+    every = load_exercises()
+    return {name: every[name] for name in ("multi_hot", "scaled_dot_product")}
 
 
-def test_handout_records_round_trip_through_a_file(tmp_path):
-    recorder = expected.Recorder(np, stub_lines=('raise NotImplementedError("f: x")',))
-    recorder.add(np.float32(1), np.float32(2))
-    path = expected.save(recorder, "practical_x", tmp_path)
-    assert path.name == "practical_x.json.gz"
-    replay = expected.load("practical_x", tmp_path)
-    assert replay.stub_lines == ('raise NotImplementedError("f: x")',)
-    assert replay.add(np.float32(1), np.float32(2)) == 3
-    with pytest.raises(FileNotFoundError, match="make handout"):
-        expected.load("practical_y", tmp_path)
+def test_a_practicals_checks_are_recorded_and_the_reference_passes_them_replayed(catalog):
+    ref = reference(P1)
+    recorder = record(catalog, P1, ref, ("raise NotImplementedError",))
+    assert list(recorder.seconds) == ["multi_hot"]  # the other practical's exercise is left
+    assert recorder.records and recorder.stub_lines == ("raise NotImplementedError",)
+    replay = Replay(recorder.records, recorder.stub_lines)
+    ex = catalog["multi_hot"]
+    for chk in ex.checks:
+        assert judge_check(ex, chk, ref, replay, [], set()) == ("passed", ""), chk.name
+
+
+def test_a_reference_that_fails_a_check_stops_the_recording_in_words(catalog):
+    ref = reference(P1)
+    broken = types.SimpleNamespace(
+        **{n: getattr(ref, n) for n in dir(ref) if not n.startswith("_")}
+    )
+    broken.multi_hot = lambda ids, mask, vocab_size: np.zeros((len(ids), vocab_size), np.float32)
+    with pytest.raises(RuntimeError, match=r"^the reference fails multi_hot/\w+: "):
+        record(catalog, P1, broken)
