@@ -50,7 +50,7 @@ def test_a_tree_thousands_of_levels_deep_is_removed_without_recursion(tmp_path):
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="made as another user, which needs root")
-def test_system_v_ipc_objects_of_the_student_user_are_removed_and_no_others():
+def test_system_v_ipc_objects_of_the_student_user_are_removed_and_no_others(as_nobody):
 
     from m2l_nlp.grading.trusted.cleanup import remove_ipc_of
 
@@ -62,19 +62,8 @@ def test_system_v_ipc_objects_of_the_student_user_are_removed_and_no_others():
         " libc.semget(IPC_PRIVATE, 1, IPC_CREAT | 0o666),"
         " libc.msgget(IPC_PRIVATE, IPC_CREAT | 0o666))\n"
     )
-    nobody = 65534
-    python = "/usr/bin/python3"  # one that every user may run (this one may be under /root)
-    if not os.access(python, os.X_OK):
-        pytest.skip("no /usr/bin/python3 for the student's user")
-    made = subprocess.run(
-        [python, "-I", "-c", make],
-        user=nobody,
-        group=nobody,
-        extra_groups=[],
-        capture_output=True,
-        text=True,
-        cwd="/",
-    )
+    nobody = 65534  # as_nobody's user
+    made = as_nobody(make)
     ids = [int(i) for i in made.stdout.split()]
     assert len(ids) == 3 and min(ids) >= 0, made.stderr
     mine = subprocess.run(
@@ -113,14 +102,12 @@ def test_every_folder_the_student_user_may_write_to_is_found(tmp_path):
     assert mine == ["closed/inner", "open", "open/nested"]
 
 
-def test_the_student_users_keyrings_are_emptied():
+def test_the_student_users_keyrings_are_emptied(as_nobody):
     """A key in the persistent keyring outlives its processes; cleanup empties it."""
 
     from m2l_nlp.grading.trusted.cleanup import remove_keys_of
 
-    nobody, python = 65534, "/usr/bin/python3"
-    if not os.access(python, os.X_OK) or os.geteuid() != 0:
-        pytest.skip("needs root and a /usr/bin/python3 for the student's user")
+    nobody = 65534  # as_nobody's user
     code = (
         "import ctypes, sys\nlibc = ctypes.CDLL(None, use_errno=True)\n"
         "libc.syscall.restype = ctypes.c_long\nL = ctypes.c_long\n"
@@ -131,20 +118,11 @@ def test_the_student_users_keyrings_are_emptied():
         "    print(libc.syscall(250, 10, L(ring), b'user', b'm2l-test', L(0)))\n"
     )
 
-    def as_nobody(what: str) -> int:
-        done = subprocess.run(
-            [python, "-I", "-c", code, what],
-            user=nobody,
-            group=nobody,
-            extra_groups=[],
-            cwd="/",
-            capture_output=True,
-            text=True,
-        )
-        return int(done.stdout)
+    def key(what: str) -> int:
+        return int(as_nobody(code, what).stdout)
 
-    if os.uname().machine != "x86_64" or as_nobody("add") <= 0:
+    if os.uname().machine != "x86_64" or key("add") <= 0:
         pytest.skip("no keyctl here (x86_64 numbers; a seccomp profile may refuse it)")
-    assert as_nobody("find") > 0  # the key outlived the process that added it
-    assert remove_keys_of((nobody, nobody), python).left == []
-    assert as_nobody("find") < 0
+    assert key("find") > 0  # the key outlived the process that added it
+    assert remove_keys_of((nobody, nobody), "/usr/bin/python3").left == []
+    assert key("find") < 0
