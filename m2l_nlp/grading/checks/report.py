@@ -130,6 +130,12 @@ def results_json(
             earned, best = sum(r.points for r in shown), sum(r.exercise.points for r in shown)
             rows.append(f"| {practical} | {earned:g} / {best:g} |")
     output = "\n\n".join([*(_fenced(n) for n in notes), "\n".join(rows)])
+    # every check's verdict, for the instructor's gradebook (Gradescope shows students none)
+    checks = [
+        {"exercise": r.exercise.name, "check": c.check, "status": c.status}
+        for r in results
+        for c in r.checks
+    ]
     return {
         "score": round(counted, 2),
         "execution_time": round(sum(r.seconds for r in results), 2),
@@ -138,4 +144,5 @@ def results_json(
         "test_output_format": "md",
         "stdout_visibility": "hidden",
         "tests": tests,
+        "extra_data": {"checks": checks},
     }

@@ -681,7 +681,7 @@ def _grade_one(batch: _Batch, number: int, submission: Path, seed: int) -> dict[
         failed_imports = (c.message for r in results for c in r.checks if c.status == "error")
         errors = list(dict.fromkeys(failed_imports))
         data = results_json(results, [*notes, *errors], batch.settings)
-        data["extra_data"] = {"seed": seed}
+        data["extra_data"]["seed"] = seed
         table = score_table(results, len(batch.exercises))
     except NoPlaceLeft:
         raise

@@ -3,17 +3,14 @@ trivial code, and results.json feedback that Gradescope renders (and students ca
 
 from __future__ import annotations
 
-import json
 import math
 
 import numpy as np
 import pytest
 
-from m2l_nlp.grading.checks import catalog, registry
+from m2l_nlp.grading.checks import catalog
 from m2l_nlp.grading.checks import settings as grading_settings
 from m2l_nlp.grading.checks.catalog import load_exercises
-from m2l_nlp.grading.checks.report import results_json
-from m2l_nlp.grading.checks.runner import CheckResult, ExerciseResult
 from m2l_nlp.grading.checks.settings import GradingSettings, SettingsError, parse
 from m2l_nlp.grading.local.notebook import check
 from m2l_nlp.impl import repo_root
@@ -133,50 +130,6 @@ def test_all_or_nothing_pays_the_near_miss_nothing():
     result = check("scaled_dot_product", scaled_dot_product=naive_softmax_attention, verbose=False)
     assert result.status == "failed" and result.points == 0
     assert "\n  [large_scores_stay_finite] the attention weights" in str(result)  # no worth
-
-
-def _result(name: str, statuses: dict[str, str], message: str = "") -> ExerciseResult:
-    ex = load_exercises()[name]
-    return ExerciseResult(ex, [CheckResult(name, c, s, message) for c, s in statuses.items()])
-
-
-def test_results_json_is_markdown_that_student_text_cannot_mark_up():
-    hostile = "```\n# You got full marks\n<img src=x onerror=alert(1)> **bold** ````"
-    sdp = _result(
-        "scaled_dot_product",
-        {"shapes": "passed", "matches_reference": "failed"},
-        f"your code raised ValueError: {hostile}",
-    )
-    sdp.seconds = 1.25
-    data = results_json([sdp], [f"practical2_transformers.py, line 3: {hostile}"])
-    assert data["output_format"] == data["test_output_format"] == "md"
-    assert data["stdout_visibility"] == "hidden"
-    (test,) = data["tests"]
-    assert test["number"] == "1.1" and test["tags"] == [
-        "practical2_transformers",
-        sdp.exercise.name,
-    ]
-    assert test["execution_time"] == 1.25 and test["visibility"] == "visible"
-    assert "**matches_reference**: Values and weights match the reference" in test["output"]
-    for text in (test["output"], data["output"]):  # inside a fence longer than any inside
-        fence = "`````text\n"
-        start = text.index(fence)
-        assert hostile in text[start:] and text[start:].count("\n`````") == 1
-    json.dumps(data)
-
-
-def test_hidden_results_are_shown_and_counted_as_the_settings_say():
-    sdp = _result("scaled_dot_product", dict.fromkeys(["shapes"], "passed"))
-    hidden = ExerciseResult(
-        registry.Exercise("extra", "practical2_transformers", 10, ("f",), hidden=True),
-        [CheckResult("extra", "c", "passed")],
-    )
-    counted = results_json([sdp, hidden], [], GradingSettings())
-    assert counted["score"] == sdp.points + 10
-    assert counted["tests"][1]["visibility"] == "after_due_date"
-    assert counted["tests"][1]["name"] == "extra (hidden)"
-    apart = results_json([sdp, hidden], [], GradingSettings(hidden_in_total=False))
-    assert apart["score"] == sdp.points and "| practical2_transformers |" in apart["output"]
 
 
 def test_a_broken_settings_file_stops_pytest_with_one_line(tmp_path):
