@@ -1,5 +1,5 @@
-"""Command line ``m2l-nlp train | predict | generate | translate | grade``: argument parsing
-and printing only.
+"""Command line ``m2l-nlp train | predict | generate | translate | grade | class``: argument
+parsing and printing only.
 
 The work is done by :mod:`m2l_nlp.runs` (training, and reading a checkpoint to predict,
 generate or translate) and by the grader (:mod:`m2l_nlp.grading`).
@@ -217,6 +217,11 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser(
         "grade", help="grade the exercises (`m2l-nlp grade --help` for its options)", add_help=False
+    )
+    sub.add_parser(
+        "class",
+        help="the instructor's class: gradebook, CSV (`m2l-nlp class --help`)",
+        add_help=False,
     )
     train.set_defaults(run=cmd_train)
     predict.set_defaults(run=cmd_predict)
@@ -529,6 +534,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["grade"]:  # everything after "grade" belongs to the grader and pytest
         return cmd_grade(argv[1:])
+    if argv[:1] == ["class"]:  # the instructor's commands: their own parser
+        from m2l_nlp.grading.classroom.commands import main as class_main
+
+        return class_main(argv[1:])
     args = _parser().parse_args(argv)
     args.argv = argv  # for the command that resumes an interrupted run
     try:

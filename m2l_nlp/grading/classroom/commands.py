@@ -1,0 +1,98 @@
+"""``m2l-nlp class import | export``: a class's results into the gradebook, and out of it.
+
+m2l-nlp class import EXPORT [--gradebook PATH]   # Gradescope's graded export, no regrading
+m2l-nlp class export --csv grades.csv [--gradebook PATH] [--show-hidden]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from m2l_nlp.grading.classroom.exports import ExportError, read_export
+from m2l_nlp.grading.classroom.gradebook import Gradebook, GradebookError
+from m2l_nlp.grading.classroom.spreadsheet import write_csv
+
+GRADEBOOK = "gradebook.sqlite"
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="m2l-nlp class", description="The instructor's view of a whole class."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    imports = sub.add_parser(
+        "import",
+        help="read the results Gradescope's export carries into the gradebook (no regrading)",
+    )
+    imports.add_argument("export", type=Path, help="Gradescope's Export Submissions (zip, folder)")
+    imports.add_argument(
+        "--gradebook", type=Path, help=f"the gradebook (default: {GRADEBOOK} beside the export)"
+    )
+    export = sub.add_parser("export", help="write the gradebook as a CSV an LMS imports")
+    export.add_argument("--csv", type=Path, required=True, help="the CSV file to write")
+    export.add_argument("--gradebook", type=Path, default=Path(GRADEBOOK), help="the gradebook")
+    export.add_argument(
+        "--show-hidden", action="store_true", help="add the hidden exercises' columns"
+    )
+    imports.set_defaults(run=cmd_import)
+    export.set_defaults(run=cmd_export)
+    return parser
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    submissions = read_export(args.export)
+    path = args.gradebook or args.export.resolve().parent / GRADEBOOK
+    book = Gradebook(path)
+    try:
+        run = book.start_run("import")
+        missing = 0
+        for submission in submissions:
+            if submission.results is None:
+                missing += 1
+            book.record(run, submission, submission.results, "no autograder results in the export")
+        counts = book.counts()
+    finally:
+        book.close()
+    print(
+        f"imported {len(submissions)} submissions ({missing} without results) into {path}: "
+        + ", ".join(f"{n} {table}" for table, n in counts.items())
+    )
+    print(f"next: m2l-nlp class export --gradebook {path} --csv grades.csv")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    if not args.gradebook.is_file():
+        raise GradebookError(
+            f"{args.gradebook} does not exist: `m2l-nlp class import EXPORT` makes it, or give "
+            "--gradebook PATH"
+        )
+    book = Gradebook(args.gradebook)
+    try:
+        rows = book.latest()
+    finally:
+        book.close()
+    written = write_csv(rows, args.csv, hidden=args.show_hidden)
+    print(f"wrote {args.csv}: {written} students' rows from {len(rows)} submissions")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``m2l-nlp class``; returns the exit code."""
+    args = _parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (ExportError, GradebookError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except OSError as error:
+        where = f" ({error.filename})" if error.filename else ""
+        print(f"error: {error.strerror or error}{where}: check the path", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

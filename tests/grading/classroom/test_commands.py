@@ -1,0 +1,48 @@
+"""m2l_nlp.grading.classroom.commands: ``m2l-nlp class import | export`` as an instructor
+runs them."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+from m2l_nlp.cli import main
+
+
+def test_an_export_is_imported_then_written_as_csv_whose_totals_are_the_results(
+    export, tmp_path, capsys
+):
+    book = tmp_path / "book.sqlite"
+    assert main(["class", "import", str(export), "--gradebook", str(book)]) == 0
+    said = capsys.readouterr().out
+    assert "imported 4 submissions (1 without results)" in said and "6 checks" in said
+    assert (
+        main(["class", "export", "--gradebook", str(book), "--csv", str(tmp_path / "g.csv")]) == 0
+    )
+    assert "5 students' rows from 4 submissions" in capsys.readouterr().out
+    with open(tmp_path / "g.csv", newline="", encoding="utf-8") as handle:
+        totals = {r["Submission"]: r["Total"] for r in csv.DictReader(handle)}
+    metadata = (export / "submission_metadata.yml").read_text()
+    for line in metadata.splitlines():
+        if ":results:" in line:  # each total is the score of the results it came from
+            results = json.loads(line.split(":results: ", 1)[1])
+            assert f"{results['score']:g}" in totals.values()
+    assert totals["submission_104"] == ""
+
+
+def test_the_default_gradebook_lies_beside_the_export(export, capsys):
+    assert main(["class", "import", str(export)]) == 0
+    assert (export.parent / "gradebook.sqlite").is_file()
+    assert f"--gradebook {export.parent / 'gradebook.sqlite'}" in capsys.readouterr().out
+
+
+def test_bad_input_gets_one_line_and_exit_status_2(tmp_path, capsys):
+    assert main(["class", "import", str(tmp_path / "none.zip")]) == 2
+    assert capsys.readouterr().err.strip().count("\n") == 0
+    csv_path = tmp_path / "g.csv"
+    assert (
+        main(["class", "export", "--gradebook", str(tmp_path / "x"), "--csv", str(csv_path)]) == 2
+    )
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and "m2l-nlp class import EXPORT" in err
+    assert not csv_path.exists()
