@@ -7,12 +7,14 @@ m2l-nlp class export --csv grades.csv [--gradebook PATH] [--show-hidden]
 from __future__ import annotations
 
 import argparse
+import datetime
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from m2l_nlp.grading.classroom.exports import ExportError, read_export
 from m2l_nlp.grading.classroom.gradebook import Gradebook, GradebookError
+from m2l_nlp.grading.classroom.summary import write_report
 from m2l_nlp.grading.classroom.spreadsheet import write_csv
 
 GRADEBOOK = "gradebook.sqlite"
@@ -37,8 +39,20 @@ def _parser() -> argparse.ArgumentParser:
     export.add_argument(
         "--show-hidden", action="store_true", help="add the hidden exercises' columns"
     )
+    report = sub.add_parser("report", help="where the class struggles: Markdown, PNG, HTML")
+    report.add_argument("--out", type=Path, default=Path("class-report"), help="its folder")
+    report.add_argument("--gradebook", type=Path, default=Path(GRADEBOOK), help="the gradebook")
+    when = report.add_mutually_exclusive_group()
+    when.add_argument("--show-hidden", action="store_true", help="report the hidden exercises")
+    when.add_argument(
+        "--due",
+        type=datetime.date.fromisoformat,
+        metavar="YYYY-MM-DD",
+        help="the due date: the hidden exercises are reported from the day after it",
+    )
     imports.set_defaults(run=cmd_import)
     export.set_defaults(run=cmd_export)
+    report.set_defaults(run=cmd_report)
     return parser
 
 
@@ -64,19 +78,35 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_export(args: argparse.Namespace) -> int:
-    if not args.gradebook.is_file():
+def _existing(path: Path) -> Gradebook:
+    if not path.is_file():
         raise GradebookError(
-            f"{args.gradebook} does not exist: `m2l-nlp class import EXPORT` makes it, or give "
+            f"{path} does not exist: `m2l-nlp class import EXPORT` makes it, or give "
             "--gradebook PATH"
         )
-    book = Gradebook(args.gradebook)
+    return Gradebook(path)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    book = _existing(args.gradebook)
     try:
         rows = book.latest()
     finally:
         book.close()
     written = write_csv(rows, args.csv, hidden=args.show_hidden)
     print(f"wrote {args.csv}: {written} students' rows from {len(rows)} submissions")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    book = _existing(args.gradebook)
+    try:
+        rows, checks = book.latest(), book.latest_checks()
+    finally:
+        book.close()
+    hidden = args.show_hidden or (args.due is not None and datetime.date.today() > args.due)
+    written = write_report(rows, checks, args.out, show_hidden=hidden)
+    print(f"wrote {len(written)} files in {args.out}: open {args.out / 'report.html'}")
     return 0
 
 

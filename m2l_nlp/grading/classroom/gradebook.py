@@ -70,6 +70,19 @@ class Row:
     exercises: dict[str, tuple[float, float, bool]]
 
 
+@dataclass(frozen=True)
+class CheckRow:
+    """A check's verdict for one submission, in its latest run (``hint``: a named slip's id,
+    where the results carry one)."""
+
+    submission: str
+    exercise: str
+    check: str
+    status: str
+    hint: str | None
+    hidden: bool
+
+
 class Gradebook:
     """``Gradebook(path)`` opens the file, making it if it is not there."""
 
@@ -218,6 +231,17 @@ class Gradebook:
                 )
             )
         return rows
+
+    def latest_checks(self) -> list[CheckRow]:
+        """Every check's verdict in each submission's latest run with results."""
+        found = self.db.execute(
+            "SELECT c.submission, c.exercise, c.check_name, c.status, c.hint, "
+            "COALESCE(e.hidden, 0) FROM checks c "
+            "LEFT JOIN exercises e ON e.run = c.run AND e.submission = c.submission "
+            "AND e.exercise = c.exercise WHERE c.run = "
+            "(SELECT MAX(run) FROM outcomes WHERE submission = c.submission) ORDER BY c.rowid"
+        )
+        return [CheckRow(s, e, c, st, h, bool(hid)) for s, e, c, st, h, hid in found]
 
     def counts(self) -> dict[str, int]:
         """Rows per table (for a run's summary)."""
