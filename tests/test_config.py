@@ -13,7 +13,6 @@ from m2l_nlp.config import (
     TransformerConfig,
 )
 from m2l_nlp.overrides import override
-from m2l_nlp.runs.classifier import resolve_val_size
 
 
 def test_presets_are_valid_configs():
@@ -38,20 +37,6 @@ def test_unigram_preset_is_the_default_recipe_before_bigram_tokens():
         default.vocab_size,
         default.seq_len,
     )
-
-
-def test_final_fit_trains_on_the_validation_reviews_only_when_reporting_test_accuracy():
-    default, unigram = PRESETS["default"], PRESETS["unigram"]
-    assert default.final_fit and not unigram.final_fit
-    assert resolve_val_size(default, None, no_test=False, n_train=25000) == 0
-    assert resolve_val_size(default, None, no_test=True, n_train=25000) == 2500
-    assert resolve_val_size(default, 1000, no_test=False, n_train=25000) == 1000
-    assert resolve_val_size(unigram, None, no_test=False, n_train=25000) == 2500
-    assert resolve_val_size(unigram, None, no_test=False, n_train=1000) == 200
-    with pytest.raises(ValueError, match="leaves nothing to train on"):
-        resolve_val_size(default, 25000, no_test=False, n_train=25000)
-    with pytest.raises(ValueError, match="needs a validation split"):
-        resolve_val_size(default, 0, no_test=True, n_train=25000)
 
 
 def test_baselines_are_presets_with_their_own_model_settings():

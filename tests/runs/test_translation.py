@@ -321,12 +321,3 @@ def test_the_beams_are_bounded_by_memory(checkpoint, capsys, monkeypatch):
     # 64 beams fit for one sentence, not for four at once: the same text, in smaller batches
     code, narrow, _ = _translate(capsys, "--checkpoint", checkpoint, "--beam", "64", *sentences)
     assert code == 0 and narrow == wide
-
-
-def test_a_batch_is_split_until_its_beams_fit_and_refused_when_one_sentence_does_not():
-    assert translators.fit_beams(need=800, rows=8, beam=4, free=1000, share=1) == 8
-    assert translators.fit_beams(need=800, rows=8, beam=4, free=350, share=1) == 2  # 2**k
-    with pytest.raises(translators.BeamTooWide, match="use --beam 3 or fewer"):
-        translators.fit_beams(need=800, rows=8, beam=4, free=75, share=1)
-    with pytest.raises(translators.BeamTooWide, match=r"translate greedily \(no --beam\)"):
-        translators.fit_beams(need=800, rows=8, beam=4, free=10, share=1)
