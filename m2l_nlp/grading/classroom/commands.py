@@ -14,8 +14,8 @@ from pathlib import Path
 
 from m2l_nlp.grading.classroom.exports import ExportError, read_export
 from m2l_nlp.grading.classroom.gradebook import Gradebook, GradebookError
-from m2l_nlp.grading.classroom.summary import write_report
 from m2l_nlp.grading.classroom.spreadsheet import write_csv
+from m2l_nlp.grading.classroom.summary import write_report
 
 GRADEBOOK = "gradebook.sqlite"
 
