@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from m2l_nlp.grading.classroom.batch import NotIsolated, grade_class, score_changes
 from m2l_nlp.grading.classroom.exports import ExportError, read_export
 from m2l_nlp.grading.classroom.gradebook import Gradebook, GradebookError
 from m2l_nlp.grading.classroom.spreadsheet import write_csv
@@ -25,6 +26,21 @@ def _parser() -> argparse.ArgumentParser:
         prog="m2l-nlp class", description="The instructor's view of a whole class."
     )
     sub = parser.add_subparsers(dest="command", required=True)
+    grade = sub.add_parser("grade", help="grade every submission with the trusted grader")
+    grade.add_argument("export", type=Path, help="Gradescope's Export Submissions (zip, folder)")
+    grade.add_argument(
+        "--gradebook", type=Path, help=f"the gradebook (default: {GRADEBOOK} beside the export)"
+    )
+    grade.add_argument(
+        "--regrade", action="store_true", help="grade all again, with the last run's seed"
+    )
+    grade.add_argument(
+        "--dry-run", action="store_true", help="with --regrade: show who gains or loses, keep none"
+    )
+    grade.add_argument(
+        "--local", action="store_true", help="grade without isolation (student code runs as you)"
+    )
+    grade.set_defaults(run=cmd_grade)
     imports = sub.add_parser(
         "import",
         help="read the results Gradescope's export carries into the gradebook (no regrading)",
@@ -54,6 +70,44 @@ def _parser() -> argparse.ArgumentParser:
     export.set_defaults(run=cmd_export)
     report.set_defaults(run=cmd_report)
     return parser
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    if args.dry_run and not args.regrade:
+        raise GradebookError("--dry-run goes with --regrade: it shows what a regrade changes")
+    path = args.gradebook or args.export.resolve().parent / GRADEBOOK
+    book = Gradebook(path)
+    try:
+        before = book.scores()
+        job = grade_class(
+            args.export, book, path.with_name(path.name + ".work"), args.regrade, args.local
+        )
+        if args.regrade:
+            changes = score_changes(before, book.scores(job.run))
+            for line in _change_lines(changes):
+                print(line)
+            if args.dry_run:
+                book.drop_run(job.run)
+                print("dry run: the gradebook is as it was")
+        counts = book.counts()
+    finally:
+        book.close()
+    print(f"gradebook {path}: " + ", ".join(f"{n} {table}" for table, n in counts.items()))
+    return 0
+
+
+def _change_lines(changes: dict[str, list[tuple[str, float]]]) -> list[str]:
+    if not changes:
+        return ["regrade: no submission gains or loses points"]
+    lines = []
+    for exercise, moves in changes.items():
+        gains = [f"{s} {d:+g}" for s, d in moves if d > 0]
+        losses = [f"{s} {d:+g}" for s, d in moves if d < 0]
+        lines.append(
+            f"{exercise}: {len(gains)} gain ({', '.join(gains) or '-'}), "
+            f"{len(losses)} lose ({', '.join(losses) or '-'})"
+        )
+    return lines
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -115,7 +169,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return args.run(args)
-    except (ExportError, GradebookError) as error:
+    except (ExportError, GradebookError, NotIsolated, LookupError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except OSError as error:

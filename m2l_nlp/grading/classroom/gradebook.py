@@ -4,8 +4,8 @@ Tables (schema :data:`SCHEMA_VERSION`, in ``meta``):
 
 - ``submissions(id, created_at)`` and ``submitters(submission, position, name, email, sid)``:
   who submitted what, from Gradescope's metadata;
-- ``runs(id, kind, seed, course_commit, bundle_hash, started_at)``: each grading or import
-  (``kind``: ``grade`` or ``import``);
+- ``runs(id, kind, seed, course_commit, bundle_hash, started_at, finished_at)``: each grading
+  or import (``kind``: ``grade`` or ``import``; ``finished_at`` is empty while it can resume);
 - ``outcomes(run, submission, score, error)``: a submission's total in a run, or why it has
   none (``error``: one line);
 - ``exercises(run, submission, exercise, score, max_score, status, hidden)``: results.json's
@@ -37,7 +37,7 @@ CREATE TABLE submitters (
     PRIMARY KEY (submission, position));
 CREATE TABLE runs (
     id INTEGER PRIMARY KEY, kind TEXT NOT NULL, seed INTEGER, course_commit TEXT,
-    bundle_hash TEXT, started_at TEXT NOT NULL);
+    bundle_hash TEXT, started_at TEXT NOT NULL, finished_at TEXT);
 CREATE TABLE outcomes (
     run INTEGER NOT NULL REFERENCES runs(id), submission TEXT NOT NULL REFERENCES submissions(id),
     score REAL, error TEXT, PRIMARY KEY (run, submission));
@@ -138,6 +138,52 @@ class Gradebook:
                 (kind, seed, course_commit, bundle_hash, now),
             )
         return int(cursor.lastrowid)
+
+    def finish_run(self, run: int) -> None:
+        """Mark ``run`` finished: a later grading starts a run of its own."""
+        now = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+        with self.db:
+            self.db.execute("UPDATE runs SET finished_at = ? WHERE id = ?", (now, run))
+
+    def last_run(self, kind: str) -> tuple[int, int | None, bool] | None:
+        """``(id, seed, finished)`` of the latest run of ``kind``, or None."""
+        found = self.db.execute(
+            "SELECT id, seed, finished_at IS NOT NULL FROM runs WHERE kind = ? "
+            "ORDER BY id DESC LIMIT 1",
+            (kind,),
+        ).fetchone()
+        return (found[0], found[1], bool(found[2])) if found else None
+
+    def graded(self, kind: str = "grade") -> set[str]:
+        """The submissions that some run of ``kind`` has an outcome for."""
+        rows = self.db.execute(
+            "SELECT DISTINCT o.submission FROM outcomes o JOIN runs r ON r.id = o.run "
+            "WHERE r.kind = ?",
+            (kind,),
+        )
+        return {submission for (submission,) in rows}
+
+    def scores(self, run: int | None = None) -> dict[str, dict[str, float]]:
+        """``{submission: {exercise: score}}`` in ``run``, or in each one's latest run."""
+        if run is None:
+            return {
+                row.submission: {e: v[0] for e, v in row.exercises.items()} for row in self.latest()
+            }
+        found: dict[str, dict[str, float]] = {}
+        rows = self.db.execute(
+            "SELECT submission, exercise, score FROM exercises WHERE run = ?", (run,)
+        )
+        for submission, exercise, score in rows:
+            found.setdefault(submission, {})[exercise] = score
+        return found
+
+    def drop_run(self, run: int) -> None:
+        """Remove ``run`` and every row of it (a dry run's)."""
+        with self.db:
+            self.db.execute("BEGIN")
+            for table in ("checks", "exercises", "outcomes"):
+                self.db.execute(f"DELETE FROM {table} WHERE run = ?", (run,))
+            self.db.execute("DELETE FROM runs WHERE id = ?", (run,))
 
     def record(
         self,

@@ -46,3 +46,25 @@ def test_bad_input_gets_one_line_and_exit_status_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: ") and "m2l-nlp class import EXPORT" in err
     assert not csv_path.exists()
+
+
+def test_a_report_is_written_from_the_gradebook(export, tmp_path, capsys):
+    book = tmp_path / "book.sqlite"
+    assert main(["class", "import", str(export), "--gradebook", str(book)]) == 0
+    out = tmp_path / "report"
+    assert main(["class", "report", "--gradebook", str(book), "--out", str(out)]) == 0
+    assert f"open {out / 'report.html'}" in capsys.readouterr().out
+    markdown = (out / "report.md").read_text()
+    assert "| tfidf | matches_reference | 67% |" in markdown and "extra" not in markdown
+    assert (
+        main(
+            ["class", "report", "--gradebook", str(book), "--out", str(out), "--due", "2026-01-01"]
+        )
+        == 0
+    )
+    assert "| extra | 5 |" in (out / "report.md").read_text()  # after the due date
+
+
+def test_a_dry_run_needs_a_regrade(export, capsys):
+    assert main(["class", "grade", str(export), "--dry-run"]) == 2
+    assert "--dry-run goes with --regrade" in capsys.readouterr().err

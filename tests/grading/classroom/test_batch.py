@@ -1,0 +1,158 @@
+"""m2l_nlp.grading.classroom.batch: a class graded by the trusted grader, resumable; its
+export unpacked safely; what a regrade changes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+import zipfile
+
+import pytest
+
+from m2l_nlp.grading.classroom import batch
+from m2l_nlp.grading.classroom.batch import (
+    class_folder,
+    plan,
+    score_changes,
+    submissions_in,
+    unpack,
+)
+from m2l_nlp.grading.classroom.exports import ExportError, Submission
+from m2l_nlp.grading.classroom.gradebook import Gradebook
+from m2l_nlp.impl import repo_root
+
+P1 = "practical1_baselines"
+
+
+def _zip(path, members: dict[str, bytes], links: tuple[str, ...] = ()):
+    with zipfile.ZipFile(path, "w") as zf:
+        for name, data in members.items():
+            zf.writestr(name, data)
+        for name in links:
+            info = zipfile.ZipInfo(name)
+            info.external_attr = (stat.S_IFLNK | 0o777) << 16
+            zf.writestr(info, "/etc/passwd")
+    return path
+
+
+def test_a_zip_is_unpacked_without_links_or_paths_that_leave_it(tmp_path):
+    archive = _zip(
+        tmp_path / "e.zip",
+        {"export/submission_1/practical1_baselines.py": b"x = 1\n", "export/empty/": b""},
+        links=("export/submission_1/link.py",),
+    )
+    folder = unpack(archive, tmp_path / "out")
+    assert (folder / "export/submission_1/practical1_baselines.py").read_bytes() == b"x = 1\n"
+    assert not os.path.lexists(folder / "export/submission_1/link.py")
+    for bad in ("../evil.py", "/etc/evil.py", "a/../../evil.py"):
+        with pytest.raises(ExportError, match="leaves the export"):
+            unpack(_zip(tmp_path / "bad.zip", {bad: b"1"}), tmp_path / f"o{len(bad)}")
+    assert not (tmp_path / "evil.py").exists()
+
+
+def test_a_zip_larger_than_it_may_be_is_refused_as_it_is_read(tmp_path, monkeypatch):
+    monkeypatch.setattr(batch, "MAX_FILE_BYTES", 1000)
+    with pytest.raises(ExportError, match="too large"):
+        unpack(_zip(tmp_path / "big.zip", {"a.py": b"0" * 5000}), tmp_path / "out")
+    monkeypatch.setattr(batch, "MAX_MEMBERS", 2)
+    with pytest.raises(ExportError, match="over 2 files"):
+        unpack(_zip(tmp_path / "many.zip", {f"{i}.py": b"" for i in range(3)}), tmp_path / "o2")
+
+
+def test_the_submissions_of_an_export_or_of_a_plain_folder(export, tmp_path):
+    assert class_folder(export, tmp_path) == export
+    assert [s.id for s in submissions_in(export)][:2] == ["submission_101", "submission_102"]
+    archive = tmp_path / "export.zip"
+    shutil.make_archive(str(archive.with_suffix("")), "zip", export.parent, export.name)
+    folder = class_folder(archive, tmp_path / "work")
+    assert folder.name == export.name and len(submissions_in(folder)) == 4
+    assert class_folder(archive, tmp_path / "work") == folder  # a resumed run unpacks again
+    plain = tmp_path / "plain"
+    for name in ("bob", "alice", ".hidden"):
+        (plain / name).mkdir(parents=True)
+    assert [s.id for s in submissions_in(plain)] == ["alice", "bob"]
+    with pytest.raises(ExportError, match="holds no submission folders"):
+        submissions_in(tmp_path / "plain" / "bob")
+
+
+def test_a_run_resumes_with_its_seed_and_a_regrade_reuses_the_last_seed(tmp_path):
+    book = Gradebook(tmp_path / "b.sqlite")
+    subs = [Submission(f"s{i}", (), "") for i in range(3)]
+    first = plan(book, subs, regrade=False)
+    assert not first.resumed and len(first.todo) == 3 and first.seed > 0
+    book.record(first.run, subs[0], {"score": 1, "tests": []})
+    again = plan(book, subs, regrade=False)  # stopped midway: the same run goes on
+    assert (again.run, again.seed, again.resumed) == (first.run, first.seed, True)
+    assert [s.id for s in again.todo] == ["s1", "s2"]
+    book.finish_run(first.run)
+    late = plan(book, [*subs, Submission("s3", (), "")], regrade=False)
+    assert late.run != first.run and [s.id for s in late.todo] == ["s1", "s2", "s3"]
+    book.finish_run(late.run)
+    regrade = plan(book, subs, regrade=True)
+    assert regrade.seed == late.seed and len(regrade.todo) == 3
+    book.close()
+
+
+def test_who_gains_and_who_loses_per_exercise():
+    before = {"a": {"tfidf": 10, "multi_hot": 5}, "b": {"tfidf": 10}, "gone": {"tfidf": 1}}
+    after = {"a": {"tfidf": 10, "multi_hot": 10}, "b": {"tfidf": 7.5}, "new": {"tfidf": 3}}
+    assert score_changes(before, after) == {"multi_hot": [("a", 5)], "tfidf": [("b", -2.5)]}
+
+
+def test_grading_as_another_user_is_refused_without_local(monkeypatch):
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    with pytest.raises(batch.NotIsolated, match="would not be isolated.*--local"):
+        batch.check_isolation(local=False)
+    batch.check_isolation(local=True)
+
+
+def _class(folder):
+    """Three students' folders with practical 1 only: the reference, a slip, and nothing."""
+    source = (repo_root() / "solutions" / f"{P1}.py").read_text()
+    for name, text in (
+        ("ada", source),
+        ("alan", source.replace(".max(present)", ".add(present)")),
+        ("edsger", None),
+    ):
+        (folder / name).mkdir(parents=True)
+        if text is not None:
+            (folder / name / f"{P1}.py").write_text(text)
+    return folder
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="grades as root, as an instructor's machine does")
+def test_a_class_graded_killed_and_resumed_gives_the_rows_of_one_run(tmp_path):
+    """`m2l-nlp class grade`, killed once the first results are in, then run again: every
+    submission graded once, the rows those of an uninterrupted run (times excluded)."""
+    students = _class(tmp_path / "class")
+    command = [sys.executable, "-m", "m2l_nlp.cli", "class", "grade", str(students)]
+    book_path = tmp_path / "gradebook.sqlite"
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    try:
+        line = ""
+        deadline = time.monotonic() + 900
+        while "graded 1/3" not in line and time.monotonic() < deadline:
+            line = first.stdout.readline()
+            assert line or first.poll() is None, "the class run ended before a result"
+    finally:
+        first.kill()
+        first.wait()
+    done = subprocess.run(command, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "resuming run 1" in done.stdout
+    book = Gradebook(book_path)
+    rows = {r.submission: r for r in book.latest()}
+    assert book.counts()["outcomes"] == 3 and book.counts()["runs"] == 1
+    assert rows["ada"].score == 50 and rows["alan"].score < 50 and rows["edsger"].score == 0
+    assert rows["alan"].exercises["multi_hot"][0] == 0
+    book.close()
+    regrade = subprocess.run(
+        [*command, "--regrade", "--dry-run"], capture_output=True, text=True, timeout=900
+    )
+    assert "regrade: no submission gains or loses points" in regrade.stdout, regrade.stdout
+    assert Gradebook(book_path).counts()["runs"] == 1  # the dry run left nothing
