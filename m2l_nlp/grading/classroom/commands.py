@@ -66,6 +66,15 @@ def _parser() -> argparse.ArgumentParser:
         metavar="YYYY-MM-DD",
         help="the due date: the hidden exercises are reported from the day after it",
     )
+    similar = sub.add_parser(
+        "similar", help="pairs of submissions alike enough to read side by side (a lead only)"
+    )
+    similar.add_argument("export", type=Path, help="Gradescope's Export Submissions (zip, folder)")
+    similar.add_argument(
+        "--threshold", type=float, default=0.5, help="the share of shared code to list a pair"
+    )
+    similar.add_argument("--out", type=Path, default=Path("class-report"), help="its folder")
+    similar.set_defaults(run=cmd_similar)
     imports.set_defaults(run=cmd_import)
     export.set_defaults(run=cmd_export)
     report.set_defaults(run=cmd_report)
@@ -161,6 +170,31 @@ def cmd_report(args: argparse.Namespace) -> int:
     hidden = args.show_hidden or (args.due is not None and datetime.date.today() > args.due)
     written = write_report(rows, checks, args.out, show_hidden=hidden)
     print(f"wrote {len(written)} files in {args.out}: open {args.out / 'report.html'}")
+    return 0
+
+
+def cmd_similar(args: argparse.Namespace) -> int:
+    import tempfile
+
+    from m2l_nlp.grading.classroom.batch import class_folder, submissions_in
+    from m2l_nlp.grading.classroom.similarity import LEAD, code_of, similar_pairs, write_pairs
+    from m2l_nlp.impl import repo_root
+
+    stubs = [p.read_text(encoding="utf-8") for p in (repo_root() / "exercises").glob("*.py")]
+    with tempfile.TemporaryDirectory() as work:
+        folder = class_folder(args.export, Path(work))
+        codes = {
+            s.id: code_of(folder / s.id)
+            for s in submissions_in(folder)
+            if (folder / s.id).is_dir() and not (folder / s.id).is_symlink()
+        }
+    pairs = similar_pairs(codes, stubs, args.threshold)
+    paths = write_pairs(pairs, args.out, args.threshold)
+    print(LEAD)
+    for pair in pairs:
+        first, second = pair.similarity
+        print(f"{pair.first} ~ {pair.second}: {first:.0%} / {second:.0%} of their code shared")
+    print(f"{len(pairs)} of {len(codes) * (len(codes) - 1) // 2} pairs; side by side: {paths[1]}")
     return 0
 
 
