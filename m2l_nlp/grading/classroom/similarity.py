@@ -22,8 +22,8 @@ LEAD = "Similarity is a lead to read, not a verdict: read each pair before you a
 
 @dataclass(frozen=True)
 class Pair:
-    """Two submissions and the share of each one's code found in the other; ``shared``: the
-    longest passages they share, side by side (``first``'s, ``second``'s)."""
+    """Two submissions and the share of each one's fingerprints found in the other;
+    ``shared``: the longest passages they share, side by side (``first``'s, ``second``'s)."""
 
     first: str
     second: str
@@ -48,23 +48,34 @@ def _fingerprint(code: str, boilerplate: list[int] | None = None):
     return CodeFingerprint("x.py", NOISE, window, boilerplate, fp=io.StringIO(code))
 
 
-def similar_pairs(codes: dict[str, str], stubs: list[str], threshold: float = 0.5) -> list[Pair]:
-    """Every pair of ``codes`` (submission -> code) whose share of code found in the other
-    reaches ``threshold`` for either of them, the most alike first; ``stubs``: the starter
-    code, left out."""
+def similar_pairs(
+    codes: dict[str, str], stubs: list[str], threshold: float = 0.5, detail: int = 50
+) -> list[Pair]:
+    """Every pair of ``codes`` (submission -> code) where the share of either one's
+    fingerprints found in the other reaches ``threshold``, the most alike first; ``stubs``:
+    the starter code, left out. The ``detail`` most alike get their shared passages (the
+    costly part: copydetect's comparison of two files)."""
     from copydetect import compare_files
 
     boilerplate = sorted({h for stub in stubs for h in _fingerprint(stub).hashes})
     prints = {name: _fingerprint(code, boilerplate) for name, code in codes.items() if code}
+    hashes = {name: set(p.hashes) for name, p in prints.items() if len(p.hashes)}
     pairs = []
-    for a, b in itertools.combinations(sorted(prints), 2):
-        _, similarity, slices = compare_files(prints[a], prints[b])
-        if max(similarity) < threshold:
-            continue
-        pairs.append(
-            Pair(a, b, (float(similarity[0]), float(similarity[1])), _passages(codes, a, b, slices))
+    for a, b in itertools.combinations(sorted(hashes), 2):
+        common = len(hashes[a] & hashes[b])
+        shares = (common / len(hashes[a]), common / len(hashes[b]))
+        if max(shares) >= threshold:
+            pairs.append(Pair(a, b, shares, []))
+    pairs.sort(key=lambda p: -p.score)
+    for i, pair in enumerate(pairs[:detail]):
+        _, _, slices = compare_files(prints[pair.first], prints[pair.second])
+        pairs[i] = Pair(
+            pair.first,
+            pair.second,
+            pair.similarity,
+            _passages(codes, pair.first, pair.second, slices),
         )
-    return sorted(pairs, key=lambda p: -p.score)
+    return pairs
 
 
 def _passages(
