@@ -37,6 +37,10 @@ class NotIsolated(RuntimeError):
     """Student code would run unisolated, and ``--local`` was not given."""
 
 
+class GraderFailed(RuntimeError):
+    """The grader stopped before writing any results (its last line says why)."""
+
+
 def unpack(archive: Path, into: Path) -> Path:
     """Unpack the zip ``archive`` into the new folder ``into``: plain files and folders only,
     no path that leaves it, at most :data:`MAX_MEMBERS` members and :data:`MAX_TOTAL_BYTES`
@@ -233,6 +237,12 @@ def _run_grader(
                 grader.terminate()
                 grader.wait()
             raise
+    if pending and grader is not None and grader.returncode and len(pending) == len(waiting):
+        # nothing graded: the grader could not start (a Python the student's user cannot
+        # run, say); the run stays open, to resume once that is mended
+        said = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        last = said[-1].removeprefix("error: ") if said else "no output"
+        raise GraderFailed(f"the grader stopped: {last} ({log})")
     for submission, _ in pending.values():  # the grader ended without them
         book.record(job.run, submission, None, f"the grader wrote no results (its log: {log})")
 

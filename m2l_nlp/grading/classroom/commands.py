@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from m2l_nlp.grading.classroom.batch import NotIsolated, grade_class, score_changes
+from m2l_nlp.grading.classroom.batch import (
+    GraderFailed,
+    NotIsolated,
+    grade_class,
+    score_changes,
+)
 from m2l_nlp.grading.classroom.exports import ExportError, read_export
 from m2l_nlp.grading.classroom.gradebook import Gradebook, GradebookError
 from m2l_nlp.grading.classroom.spreadsheet import write_csv
@@ -88,15 +94,15 @@ def cmd_grade(args: argparse.Namespace) -> int:
     book = Gradebook(path)
     try:
         before = book.scores()
-        job = grade_class(
-            args.export, book, path.with_name(path.name + ".work"), args.regrade, args.local
-        )
+        work = path.with_name(path.name + ".work")
+        job = grade_class(args.export, book, work, args.regrade, args.local)
         if args.regrade:
             changes = score_changes(before, book.scores(job.run))
             for line in _change_lines(changes):
                 print(line)
             if args.dry_run:
                 book.drop_run(job.run)
+                shutil.rmtree(work / f"run-{job.run}", ignore_errors=True)
                 print("dry run: the gradebook is as it was")
         counts = book.counts()
     finally:
@@ -203,7 +209,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         return args.run(args)
-    except (ExportError, GradebookError, NotIsolated, LookupError) as error:
+    except (ExportError, GradebookError, NotIsolated, GraderFailed, LookupError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     except OSError as error:

@@ -36,7 +36,7 @@ CREATE TABLE submitters (
     name TEXT NOT NULL, email TEXT NOT NULL, sid TEXT NOT NULL,
     PRIMARY KEY (submission, position));
 CREATE TABLE runs (
-    id INTEGER PRIMARY KEY, kind TEXT NOT NULL, seed INTEGER, course_commit TEXT,
+    id INTEGER PRIMARY KEY AUTOINCREMENT, kind TEXT NOT NULL, seed INTEGER, course_commit TEXT,
     bundle_hash TEXT, started_at TEXT NOT NULL, finished_at TEXT);
 CREATE TABLE outcomes (
     run INTEGER NOT NULL REFERENCES runs(id), submission TEXT NOT NULL REFERENCES submissions(id),
@@ -178,7 +178,7 @@ class Gradebook:
         return found
 
     def drop_run(self, run: int) -> None:
-        """Remove ``run`` and every row of it (a dry run's)."""
+        """Remove ``run`` and every row of it (a dry run's); its id is never given again."""
         with self.db:
             self.db.execute("BEGIN")
             for table in ("checks", "exercises", "outcomes"):
