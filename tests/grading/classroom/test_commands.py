@@ -68,3 +68,19 @@ def test_a_report_is_written_from_the_gradebook(export, tmp_path, capsys):
 def test_a_dry_run_needs_a_regrade(export, capsys):
     assert main(["class", "grade", str(export), "--dry-run"]) == 2
     assert "--dry-run goes with --regrade" in capsys.readouterr().err
+
+
+def test_similar_lists_the_pair_that_shares_its_code_and_says_it_is_a_lead(tmp_path, capsys):
+    from m2l_nlp.impl import repo_root
+
+    solution = (repo_root() / "solutions" / "practical1_baselines.py").read_text()
+    stub = (repo_root() / "exercises" / "practical1_baselines.py").read_text()
+    for name, text in (("ann", solution), ("ben", solution), ("cat", stub)):
+        (tmp_path / "class" / name).mkdir(parents=True)
+        (tmp_path / "class" / name / "practical1_baselines.py").write_text(text)
+    out = tmp_path / "report"
+    assert main(["class", "similar", str(tmp_path / "class"), "--out", str(out)]) == 0
+    said = capsys.readouterr().out
+    assert said.startswith("Similarity is a lead to read, not a verdict")
+    assert "ann ~ ben: 100% / 100% of their code shared" in said and "cat" not in said
+    assert "1 of 3 pairs" in said and (out / "similar.html").is_file()
