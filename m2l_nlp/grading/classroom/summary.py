@@ -237,7 +237,7 @@ def _exercises_figure(stats: list[ExerciseStats]) -> Figure:
         ax.barh(names, shares, left=left, color=colour, label=field)
         left = [a + b for a, b in zip(left, shares, strict=True)]
     ax.set(title="Exercises: share of submissions", xlim=(0, 1))
-    ax.legend(loc="lower right", fontsize="small")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.06), ncol=3, fontsize="small")
     fig.tight_layout()
     return fig
 
