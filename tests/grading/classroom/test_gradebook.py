@@ -99,3 +99,30 @@ def test_a_file_that_is_not_this_versions_gradebook_is_refused_in_one_line(tmp_p
     (tmp_path / "text.sqlite").write_text("hello, not a database at all" * 100)
     with pytest.raises(GradebookError, match="is not a gradebook"):
         Gradebook(tmp_path / "text.sqlite")
+
+
+def test_runs_are_found_finished_and_dropped_and_their_rows_read_back(export, tmp_path):
+    book = Gradebook(tmp_path / "book.sqlite")
+    ada, alan = read_export(export)[:2]
+    assert book.last_run("grade") is None
+    first = book.start_run("grade", seed=11)
+    book.record(first, ada, ada.results)
+    assert book.last_run("grade") == (first, 11, False)
+    book.finish_run(first)
+    assert book.last_run("grade") == (first, 11, True) and book.graded("grade") == {ada.id}
+    assert book.graded("import") == set()
+    checks = book.latest_checks()
+    assert [(c.submission, c.exercise, c.status, c.hidden) for c in checks] == [
+        (ada.id, "multi_hot", "passed", False),
+        (ada.id, "tfidf", "passed", False),
+    ]
+    second = book.start_run("grade", seed=11)
+    book.record(second, alan, alan.results)
+    book.record(second, ada, {**ada.results, "tests": ada.results["tests"][:1]})
+    assert book.scores(first)[ada.id] == {"multi_hot": 10, "tfidf": 10, "extra": 5}
+    assert book.scores() == {ada.id: {"multi_hot": 10}, alan.id: {"multi_hot": 10, "tfidf": 0}}
+    book.drop_run(second)
+    assert book.scores()[ada.id] == {"multi_hot": 10, "tfidf": 10, "extra": 5}
+    assert book.counts()["runs"] == 1 and book.last_run("grade")[0] == first
+    assert book.start_run("grade") == second + 1  # a dropped run's id is not given again
+    book.close()
