@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import stat
 import subprocess
 import sys
@@ -135,7 +136,8 @@ def test_a_class_graded_killed_and_resumed_gives_the_rows_of_one_run(tmp_path):
     # what is tested here is the class's run: its seed, its resume, its rows
     command = [sys.executable, "-m", "m2l_nlp.cli", "class", "grade", str(students), "--local"]
     book_path = tmp_path / "gradebook.sqlite"
-    first = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    # a session of its own, killed whole, as closing the terminal would
+    first = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, start_new_session=True)
     try:
         line = ""
         deadline = time.monotonic() + 900
@@ -143,7 +145,7 @@ def test_a_class_graded_killed_and_resumed_gives_the_rows_of_one_run(tmp_path):
             line = first.stdout.readline()
             assert line or first.poll() is None, "the class run ended before a result"
     finally:
-        first.kill()
+        os.killpg(first.pid, signal.SIGKILL)
         first.wait()
     done = subprocess.run(command, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
