@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from m2l_nlp.grading.classroom.exports import ExportError, Submission, parse_metadata
+from m2l_nlp.grading.classroom.exports import ZIP_ERRORS, ExportError, Submission, parse_metadata
 from m2l_nlp.grading.classroom.gradebook import Gradebook
 
 MAX_MEMBERS = 100_000
@@ -71,7 +71,7 @@ def unpack(archive: Path, into: Path) -> Path:
                         if dst.tell() + len(chunk) > MAX_FILE_BYTES or total > MAX_TOTAL_BYTES:
                             raise ExportError(f"{archive}: {info.filename!r} is too large")
                         dst.write(chunk)
-    except (zipfile.BadZipFile, OSError) as err:
+    except ZIP_ERRORS as err:
         raise ExportError(f"{archive} cannot be unpacked ({err}): download it again") from err
     return into
 

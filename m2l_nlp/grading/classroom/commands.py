@@ -183,10 +183,26 @@ def cmd_similar(args: argparse.Namespace) -> int:
     import tempfile
 
     from m2l_nlp.grading.classroom.batch import class_folder, submissions_in
-    from m2l_nlp.grading.classroom.similarity import LEAD, code_of, similar_pairs, write_pairs
+    from m2l_nlp.grading.classroom.similarity import (
+        LEAD,
+        code_of,
+        notebook_code,
+        similar_pairs,
+        write_pairs,
+    )
     from m2l_nlp.impl import repo_root
 
-    stubs = [p.read_text(encoding="utf-8") for p in (repo_root() / "exercises").glob("*.py")]
+    # the starter code: the stubs, and the notebooks as handed out (their setup and scaffold)
+    handed = [
+        *(repo_root() / "exercises").glob("*.py"),
+        *(repo_root() / "notebooks").glob("*.ipynb"),
+    ]
+    stubs = [
+        notebook_code(text) if p.suffix == ".ipynb" else text
+        for p in handed
+        if not p.stem.endswith("_solved")
+        for text in [p.read_text(encoding="utf-8")]
+    ]
     with tempfile.TemporaryDirectory() as work:
         folder = class_folder(args.export, Path(work))
         codes = {

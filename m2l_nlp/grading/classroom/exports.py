@@ -20,6 +20,10 @@ METADATA = "submission_metadata.yml"
 MAX_METADATA_BYTES = 256 << 20  # a class of thousands with every result's text
 
 
+# what reading a zip may raise: damaged, encrypted, an unknown compression, cut short
+ZIP_ERRORS = (zipfile.BadZipFile, OSError, RuntimeError, NotImplementedError, EOFError)
+
+
 class ExportError(ValueError):
     """An export that cannot be read; its message says what to do."""
 
@@ -88,7 +92,7 @@ def _zip_metadata(path: Path) -> bytes:
             if len(data) > MAX_METADATA_BYTES:  # the size it declared was not its size
                 raise ExportError(f"{path}: its {METADATA} is over {MAX_METADATA_BYTES >> 20} MB")
             return data
-    except (zipfile.BadZipFile, OSError) as err:
+    except ZIP_ERRORS as err:
         raise ExportError(f"{path} cannot be read as a zip ({err}): download it again") from err
 
 
@@ -97,20 +101,31 @@ def parse_metadata(text: bytes | str, where: str = METADATA) -> list[Submission]
     symbols, ``:name:``, read as ``":name"``)."""
     import yaml
 
+    class PlainLoader(yaml.SafeLoader):
+        """safe_load's types, and no alias: an alias can make a small file a huge tree."""
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                raise yaml.YAMLError("it uses an alias (*name), which Gradescope's never does")
+            return super().compose_node(parent, index)
+
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        raise ExportError(f"{where}: {METADATA} is not YAML ({err}): download it again") from err
+        data = yaml.load(text, Loader=PlainLoader)  # noqa: S506 - a safe loader, aliases refused
+    except (yaml.YAMLError, RecursionError) as err:
+        said = "nested too deeply" if isinstance(err, RecursionError) else str(err)
+        raise ExportError(
+            f"{where}: {METADATA} cannot be read ({said}): download it again"
+        ) from err
     if not isinstance(data, dict):
         raise ExportError(f"{where}: {METADATA} holds no submissions")
     submissions = []
     for key, entry in sorted(data.items(), key=lambda item: str(item[0])):
         if not isinstance(entry, dict):
-            raise ExportError(f"{where}: the entry of {key!r} is not a mapping")
-        people = entry.get(":submitters") or []
+            raise ExportError(f"{where}: the entry of {_text(key)!r} is not a mapping")
+        people = entry.get(":submitters")
         submitters = tuple(
             Submitter(_text(p.get(":name")), _text(p.get(":email")), _text(p.get(":sid")))
-            for p in people
+            for p in (people if isinstance(people, list) else [])
             if isinstance(p, dict)
         )
         results = entry.get(":results")
@@ -122,11 +137,18 @@ def parse_metadata(text: bytes | str, where: str = METADATA) -> list[Submission]
                 results=results if isinstance(results, dict) else None,
             )
         )
+    ids = [s.id for s in submissions]
+    if len(set(ids)) != len(ids):
+        twice = next(i for i in ids if ids.count(i) > 1)
+        raise ExportError(f"{where}: two entries are the submission {twice!r}: download it again")
     return submissions
 
 
 def _text(value: Any) -> str:
-    return "" if value is None else str(value)
+    """A scalar as text; anything else (a list, a mapping) is not a name: empty."""
+    if isinstance(value, str | int | float | datetime.date):
+        return str(value)
+    return ""
 
 
 def _when(value: Any) -> str:

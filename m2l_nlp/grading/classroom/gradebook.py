@@ -193,7 +193,15 @@ class Gradebook:
         error: str | None = None,
     ) -> None:
         """The submission, its submitters and its results (Gradescope's results.json) in
-        ``run``, in one transaction; ``error`` (one line) where it has no results."""
+        ``run``, in one transaction; ``error`` (one line) where it has no results, or where
+        they cannot be read as results.json."""
+        if results is not None:
+            try:
+                score = _number(results.get("score"))
+                exercises = _exercise_rows(results)
+                checks = _check_rows(results)
+            except (TypeError, ValueError, AttributeError):
+                results, error = None, "its results cannot be read as results.json"
         with self.db:
             self.db.execute("BEGIN")
             self.db.execute(
@@ -220,29 +228,15 @@ class Gradebook:
                 )
                 return
             self.db.execute(
-                "INSERT INTO outcomes VALUES (?, ?, ?, NULL)",
-                (run, submission.id, float(results.get("score") or 0.0)),
+                "INSERT INTO outcomes VALUES (?, ?, ?, NULL)", (run, submission.id, score)
             )
             self.db.executemany(
-                "INSERT INTO exercises VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [(run, submission.id, *row) for row in _exercise_rows(results)],
+                "INSERT OR REPLACE INTO exercises VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [(run, submission.id, *row) for row in exercises],
             )
-            extra = results.get("extra_data")
-            checks = extra.get("checks", []) if isinstance(extra, dict) else []
             self.db.executemany(
                 "INSERT OR REPLACE INTO checks VALUES (?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        run,
-                        submission.id,
-                        str(c["exercise"]),
-                        str(c["check"]),
-                        str(c["status"]),
-                        c.get("hint"),
-                    )
-                    for c in checks
-                    if isinstance(c, dict) and {"exercise", "check", "status"} <= c.keys()
-                ],
+                [(run, submission.id, *row) for row in checks],
             )
 
     def recorded(self, run: int) -> set[str]:
@@ -295,11 +289,40 @@ class Gradebook:
         return {t: self.db.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in tables}
 
 
+def _number(value: Any) -> float:
+    """A score: a number (None is 0); raises ValueError for anything else."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"not a number: {value!r}")
+    return float(value)
+
+
+def _check_rows(results: dict[str, Any]) -> list[tuple[str, str, str, str | None]]:
+    """``(exercise, check, status, hint)`` of results.json's ``extra_data.checks``."""
+    extra = results.get("extra_data")
+    checks = extra.get("checks") if isinstance(extra, dict) else None
+    rows = []
+    for c in checks if isinstance(checks, list) else []:
+        if isinstance(c, dict) and {"exercise", "check", "status"} <= c.keys():
+            hint = c.get("hint")
+            rows.append(
+                (
+                    str(c["exercise"]),
+                    str(c["check"]),
+                    str(c["status"]),
+                    None if hint is None else str(hint),
+                )
+            )
+    return rows
+
+
 def _exercise_rows(results: dict[str, Any]) -> list[tuple[str, float, float, str, int]]:
     """``(exercise, score, max_score, status, hidden)`` of each of results.json's tests; the
     exercise's name is the second tag (m2l-nlp's own results), else the test's name."""
     rows = []
-    for test in results.get("tests") or []:
+    tests = results.get("tests")
+    for test in tests if isinstance(tests, list) else []:
         if not isinstance(test, dict):
             continue
         tags = test.get("tags") if isinstance(test.get("tags"), list) else []
@@ -307,8 +330,8 @@ def _exercise_rows(results: dict[str, Any]) -> list[tuple[str, float, float, str
         rows.append(
             (
                 name,
-                float(test.get("score") or 0.0),
-                float(test.get("max_score") or 0.0),
+                _number(test.get("score")),
+                _number(test.get("max_score")),
                 str(test.get("status", "")),
                 int("hidden" in tags),
             )

@@ -1,7 +1,7 @@
 """Which submissions are alike enough to be read side by side: copydetect's fingerprints
 (winnowing, MOSS's method; names, strings and comments left out, so renamed identifiers do not
-hide a copy) of each student's ``practical*.py`` files, the handout's stubs as boilerplate, so
-that the starter code everyone shares counts for nothing.
+hide a copy) of each student's code (its Python files and notebooks), the handout's stubs and
+notebooks as boilerplate, so that the starter code everyone shares counts for nothing.
 
 A pair above the threshold is a lead to read, not a verdict: short exercises leave few ways to
 write them, and students may work from the same lecture.
@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import io
 import itertools
+import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 NOISE = 25  # tokens: a shared run shorter than this is never counted
 GUARANTEE = 30  # tokens: a shared run this long is always found
+MAX_FILES = 200  # a submission's files read, at most
+MAX_BYTES = 20 << 20  # and bytes
 LEAD = "Similarity is a lead to read, not a verdict: read each pair before you ask anyone."
 
 
@@ -36,9 +40,38 @@ class Pair:
 
 
 def code_of(folder: Path) -> str:
-    """A submission's code: its ``practical*.py`` files in name order (links not followed)."""
-    files = sorted(p for p in folder.glob("practical*.py") if p.is_file() and not p.is_symlink())
-    return "\n".join(p.read_text(encoding="utf-8", errors="replace") for p in files)
+    """A submission's code: every ``.py`` file and every notebook's code cells, under
+    ``folder`` at any depth, in path order; no link followed, at most :data:`MAX_FILES` files
+    and :data:`MAX_BYTES` read."""
+    found = []
+    for parent, folders, files in os.walk(folder):  # links to folders are not walked
+        folders.sort()
+        for name in files:
+            path = Path(parent) / name
+            if path.suffix.lower() in (".py", ".ipynb") and not path.is_symlink():
+                found.append(path)
+    parts, left = [], MAX_BYTES
+    for path in sorted(found)[:MAX_FILES]:
+        with open(path, "rb") as handle:
+            data = handle.read(left)
+        left -= len(data)
+        text = data.decode("utf-8", errors="replace")
+        parts.append(notebook_code(text) if path.suffix.lower() == ".ipynb" else text)
+    return "\n".join(parts)
+
+
+def notebook_code(text: str) -> str:
+    """The code cells of a notebook's JSON, in order ("" for what is not a notebook)."""
+    try:
+        cells = json.loads(text).get("cells", [])
+    except (ValueError, AttributeError, RecursionError):
+        return ""
+    code = []
+    for cell in cells if isinstance(cells, list) else []:
+        if isinstance(cell, dict) and cell.get("cell_type") == "code":
+            source = cell.get("source", "")
+            code.append("".join(source) if isinstance(source, list) else str(source))
+    return "\n".join(code)
 
 
 def _fingerprint(code: str, boilerplate: list[int] | None = None):
@@ -120,7 +153,7 @@ def write_pairs(pairs: list[Pair], folder: Path, threshold: float) -> list[Path]
         page.append(f"<h2>{html.escape(title)}</h2><table>")
         for left, right in pair.shared:
             for name, text in ((pair.first, left), (pair.second, right)):
-                fence = "`" * max(3, *(len(run) + 1 for run in re.findall("`+", text)))
+                fence = "`" * max([3, *(len(run) + 1 for run in re.findall("`+", text))])
                 lines += [f"{name}:", "", f"{fence}python", text, fence, ""]
             cells = "".join(f"<td><pre>{html.escape(t)}</pre></td>" for t in (left, right))
             page.append(f"<tr>{cells}</tr>")

@@ -46,7 +46,7 @@ def write_csv(rows: list[Row], path: Path, hidden: bool = False) -> int:
     written = 0
     with atomic_file(path, "w", newline="", encoding="utf-8") as handle:
         out = csv.writer(handle)
-        out.writerow([*FIXED, *columns, "Note"])
+        out.writerow([safe_cell(c) for c in [*FIXED, *columns, "Note"]])
         for row in rows:
             points = {
                 name + (" (hidden)" if is_hidden else ""): score

@@ -178,7 +178,7 @@ def _markdown(sections: list[_Section]) -> str:
     for section in sections:
         lines += [f"## {section.title}", ""]
         if section.rows:
-            lines.append("| " + " | ".join(section.header) + " |")
+            lines.append("| " + " | ".join(_md_cell(h) for h in section.header) + " |")
             lines.append("|" + "---|" * len(section.header))
             lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in section.rows]
             lines.append("")
@@ -189,7 +189,8 @@ def _markdown(sections: list[_Section]) -> str:
 
 
 def _md_cell(text: str) -> str:
-    return html.escape(text).replace("|", "\\|")
+    """A table cell: HTML escaped, ``|`` escaped, and on one line (no heading can start)."""
+    return " ".join(html.escape(text).replace("|", "\\|").split())
 
 
 def _html(sections: list[_Section], plots: list[Path]) -> str:

@@ -37,7 +37,7 @@ def test_what_is_not_an_export_is_refused_in_words(tmp_path):
     with pytest.raises(ExportError, match="holds no submissions"):
         read_export(tmp_path)
     (tmp_path / exports.METADATA).write_text("key: [unclosed\n")
-    with pytest.raises(ExportError, match="is not YAML"):
+    with pytest.raises(ExportError, match="cannot be read"):
         read_export(tmp_path)
 
 
@@ -51,7 +51,7 @@ def test_no_link_is_followed_and_no_object_is_built(tmp_path, monkeypatch):
         read_export(folder)
     (folder / exports.METADATA).unlink()
     (folder / exports.METADATA).write_text("submission_1: !!python/object/apply:os.system [id]\n")
-    with pytest.raises(ExportError, match="is not YAML"):  # safe_load builds no object
+    with pytest.raises(ExportError, match="cannot be read"):  # safe_load builds no object
         read_export(folder)
     link = tmp_path / "link.zip"
     with zipfile.ZipFile(link, "w") as zf:
@@ -70,3 +70,38 @@ def _zipped(tmp_path, path):
     with zipfile.ZipFile(archive, "w") as zf:
         zf.write(path, exports.METADATA)
     return archive
+
+
+def test_aliases_deep_nesting_and_odd_values_are_refused_or_read_as_nothing(tmp_path):
+    """From the attack round: an alias bomb (a few lines, billions of items), nesting past
+    Python's recursion limit, two entries that are the same submission, and values of the
+    wrong type where names are read."""
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n"
+        for p, c in zip("abcdefgh", "bcdefghi", strict=True)
+    )
+    with pytest.raises(ExportError, match=r"alias \(\*name\)"):
+        exports.parse_metadata(bomb)
+    with pytest.raises(ExportError, match="nested too deeply"):
+        exports.parse_metadata("x: " + "[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ExportError, match="two entries are the submission '1'"):
+        exports.parse_metadata("1: {}\n'1': {}\n")
+    (odd,) = exports.parse_metadata(
+        "submission_1:\n  :submitters: 7\n  :created_at: [1, 2]\n  :results: text\n"
+    )
+    assert odd.submitters == () and odd.created_at == "" and odd.results is None
+    (named,) = exports.parse_metadata("s:\n  :submitters:\n  - :name: [a, b]\n    :sid: 12\n")
+    assert named.submitters == (Submitter("", "", "12"),)
+
+
+def test_a_zip_that_cannot_be_read_is_refused_in_words(tmp_path, monkeypatch):
+    archive = tmp_path / "e.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr(exports.METADATA, "s: {}\n")
+
+    def refuse(*args, **kwargs):
+        raise NotImplementedError("That compression method is not supported")
+
+    monkeypatch.setattr(zipfile.ZipFile, "open", refuse)  # an encrypted or exotic member
+    with pytest.raises(ExportError, match="cannot be read as a zip.*compression"):
+        read_export(archive)

@@ -71,7 +71,7 @@ run = book.start_run("import")
 first, second = read_export(Path({str(export)!r}))[:2]
 book.record(run, first, first.results)
 def killed(statement):  # the second submission's rows, killed halfway
-    if statement.startswith("INSERT INTO exercises"):
+    if "INTO exercises" in statement:
         os.kill(os.getpid(), signal.SIGKILL)
 book.db.set_trace_callback(killed)
 book.record(run, second, second.results)
@@ -125,4 +125,15 @@ def test_runs_are_found_finished_and_dropped_and_their_rows_read_back(export, tm
     assert book.scores()[ada.id] == {"multi_hot": 10, "tfidf": 10, "extra": 5}
     assert book.counts()["runs"] == 1 and book.last_run("grade")[0] == first
     assert book.start_run("grade") == second + 1  # a dropped run's id is not given again
+    book.close()
+
+
+def test_results_that_are_not_results_json_are_a_row_with_its_reason(export, tmp_path):
+    book = Gradebook(tmp_path / "book.sqlite")
+    run = book.start_run("import")
+    ada = read_export(export)[0]
+    for bad in ({"score": "abc"}, {"score": 1, "tests": [{"score": [1]}]}, {"score": True}):
+        book.record(run, ada, bad)
+        (row,) = book.latest()
+        assert row.score is None and row.error == "its results cannot be read as results.json"
     book.close()

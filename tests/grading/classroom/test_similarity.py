@@ -3,7 +3,15 @@ work written independently is not flagged; the starter code counts for nothing."
 
 from __future__ import annotations
 
-from m2l_nlp.grading.classroom.similarity import LEAD, code_of, similar_pairs, write_pairs
+import json
+
+from m2l_nlp.grading.classroom.similarity import (
+    LEAD,
+    code_of,
+    notebook_code,
+    similar_pairs,
+    write_pairs,
+)
 from m2l_nlp.impl import repo_root
 
 STUB = (repo_root() / "exercises" / "practical1_baselines.py").read_text()
@@ -99,9 +107,24 @@ def test_the_starter_code_alone_makes_no_pair():
     assert similar_pairs({"a": STUB, "b": STUB}, [])[0].score == 1.0  # without it: identical
 
 
-def test_a_submissions_code_is_its_practical_files_in_order_links_not_followed(tmp_path):
-    (tmp_path / "practical2_transformers.py").write_text("two\n")
-    (tmp_path / "practical1_baselines.py").write_text("one\n")
-    (tmp_path / "notes.py").write_text("not graded\n")
-    (tmp_path / "practical3_translation.py").symlink_to("/etc/passwd")
-    assert code_of(tmp_path) == "one\n\ntwo\n"
+def test_a_submissions_code_is_its_python_files_and_notebooks_links_not_followed(tmp_path):
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "helper.PY").write_text("two\n")
+    (tmp_path / "a.py").write_text("one\n")
+    cells = [
+        {"cell_type": "markdown", "source": "words"},
+        {"cell_type": "code", "source": ["x = 1"]},
+    ]
+    (tmp_path / "c.ipynb").write_text(json.dumps({"cells": cells}))
+    (tmp_path / "d.ipynb").write_text("not a notebook")
+    (tmp_path / "e.py").symlink_to("/etc/passwd")
+    (tmp_path / "f").symlink_to("/etc", target_is_directory=True)
+    assert code_of(tmp_path) == "one\n\ntwo\n\nx = 1\n"
+    assert notebook_code(json.dumps({"cells": "x"})) == ""
+
+
+def test_passages_without_a_backtick_are_fenced(tmp_path):
+    from m2l_nlp.grading.classroom.similarity import Pair
+
+    md, _ = write_pairs([Pair("a", "b", (1.0, 1.0), [("x = 1", "y = 1")])], tmp_path, 0.5)
+    assert "```python\nx = 1\n```" in md.read_text()

@@ -59,3 +59,9 @@ def test_no_text_cell_can_run_as_a_formula():
     for text in ("=1+1", "+1", "-1", "@SUM(A1)", "\t=1", "\r=1"):
         assert safe_cell(text) == "'" + text
     assert safe_cell("Ada") == "Ada" and safe_cell(-2.5) == "-2.5"  # a number stays one
+
+
+def test_the_header_cannot_run_as_a_formula_either(tmp_path):
+    rows = [Row("s", (), 1.0, None, {"=HYPERLINK(1)": (1.0, 1.0, False)})]
+    write_csv(rows, tmp_path / "g.csv")
+    assert (tmp_path / "g.csv").read_text().splitlines()[0].endswith(",'=HYPERLINK(1),Note")

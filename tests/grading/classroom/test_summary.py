@@ -71,3 +71,10 @@ def test_the_report_is_written_whole_and_its_page_escapes_every_text(tmp_path):
     markdown = (tmp_path / "out" / "report.md").read_text()
     assert "| tfidf | norm | 67% |" in markdown and "| tfidf.l1-norm | 2 |" in markdown
     assert "| 4 | 3 | 12.5 | 10 | 7.5 | 20 |" in markdown  # s1's 25 less its hidden 5
+
+
+def test_a_name_with_a_line_break_stays_in_its_markdown_cell(tmp_path):
+    checks = [CheckRow("s1", "tfidf", "norm\n# You passed", "failed", None, False)]
+    write_report(ROWS[:1], checks, tmp_path)
+    markdown = (tmp_path / "report.md").read_text()
+    assert "\n# You passed" not in markdown and "| tfidf | norm # You passed | 100% |" in markdown
