@@ -175,6 +175,9 @@ def grade_class(
         path.mkdir(mode=0o700, exist_ok=True)
     pairs: list[tuple[Submission, Path, Path]] = []
     for submission in job.todo:
+        if not _plain_name(submission.id):  # its folder would be another's, or outside
+            book.record(job.run, submission, None, "its id is not a folder's name")
+            continue
         written = results / f"{submission.id}.json"
         source = folder / submission.id
         if written.is_file():  # graded before the run was stopped: recorded below
@@ -245,6 +248,11 @@ def _run_grader(
         raise GraderFailed(f"the grader stopped: {last} ({log})")
     for submission, _ in pending.values():  # the grader ended without them
         book.record(job.run, submission, None, f"the grader wrote no results (its log: {log})")
+
+
+def _plain_name(name: str) -> bool:
+    """A folder's name of one part: no separator, not ``.`` or ``..``, not hidden."""
+    return bool(name) and "/" not in name and "\\" not in name and not name.startswith(".")
 
 
 def _results(path: Path) -> dict | None:

@@ -105,6 +105,27 @@ def test_who_gains_and_who_loses_per_exercise():
     assert score_changes(before, after) == {"multi_hot": [("a", 5)], "tfidf": [("b", -2.5)]}
 
 
+def test_an_id_that_is_not_a_folders_name_is_a_row_never_a_path(tmp_path, monkeypatch):
+    """Metadata ids such as ``../x`` or ``a/../b`` (a tampered export): neither read as
+    another's folder nor written outside the work folder."""
+    folder = tmp_path / "export"
+    (folder / "submission_1").mkdir(parents=True)
+    (folder / "submission_metadata.yml").write_text(
+        "submission_1: {}\n'../../escape': {}\n'submission_2/../submission_1': {}\n'.': {}\n"
+    )
+    graded = []
+    monkeypatch.setattr(batch, "_run_grader", lambda job, pairs, *rest: graded.extend(pairs))
+    book = Gradebook(tmp_path / "b.sqlite")
+    batch.grade_class(folder, book, tmp_path / "work", local=True, say=lambda line: None)
+    assert [s.id for s, _, _ in graded] == ["submission_1"]
+    errors = {r.submission: r.error for r in book.latest()}
+    assert errors == dict.fromkeys(
+        ["../../escape", "submission_2/../submission_1", "."], "its id is not a folder's name"
+    )
+    assert not (tmp_path / "escape.json").exists()
+    book.close()
+
+
 def test_grading_as_another_user_is_refused_without_local(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(batch.NotIsolated, match="would not be isolated.*--local"):
