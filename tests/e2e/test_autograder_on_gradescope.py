@@ -254,15 +254,17 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
     shutil.copytree(honest, syntax, ignore=without_p3)
     _with(syntax, P2, "def broken(:\n    pass\n")
 
-    # practical 2's code leaves a file in its home and a process: practical 3's must not
-    # find either (it could otherwise show what practical 2's hidden checks asked)
+    # practical 1's code leaves a file in its home and a process: practical 2's must not
+    # find either (it could otherwise show what practical 1's checks asked)
     leaves = new("leaves_files_for_the_next_practical")
-    _solved(leaves, P1, P2, P3)
-    _with(leaves, P2, LEAVE_FOR_THE_NEXT)
-    _with(leaves, P3, REFUSE_WHAT_WAS_LEFT)
+    _solved(leaves, P1, P2)
+    _with(leaves, P1, LEAVE_FOR_THE_NEXT)
+    _with(leaves, P2, REFUSE_WHAT_WAS_LEFT)
 
+    # An attack on practical 1 comes with practical 1 only (practical 2's grading would
+    # only repeat the honest one's): what it costs is counted out of practical 1's points.
     hang = new("hang")
-    shutil.copytree(honest, hang, ignore=without_p3)
+    _solved(hang, P1)
     _replace(
         hang,
         P1,
@@ -396,8 +398,8 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
     attack = new("dies_at_import")
     _solved(attack, P1)
     (attack / f"{P2}.py").write_text("import os\nos._exit(3)\n")
-    attack = new("stops_reading_its_pipe")  # in practical 1's tfidf only; the rest solved
-    _solved(attack, P1, P2)
+    attack = new("stops_reading_its_pipe")  # in practical 1's tfidf only
+    _solved(attack, P1)
     _replace(
         attack,
         P1,
@@ -440,7 +442,7 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
         "def _masked_pool(",
     )
     attack = new("escapes_and_changes_pid")  # at import: a double fork, a new pid every 0.1 s
-    _solved(attack, P1, P2)
+    _solved(attack, P1)
     _with(
         attack,
         P1,
@@ -457,7 +459,7 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
     attack = new("submission_is_a_file")  # in a batch, one submission's loss is its own
     attack.write_text("not a folder\n")
     attack = new("leaves_files_behind")  # in the shared folders, on disk and in memory
-    _solved(attack, P1, P2)
+    _solved(attack, P1)
     _with(
         attack,
         P1,
@@ -468,7 +470,7 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
         "        pass\n",
     )
     attack = new("leaves_ipc_and_locks_behind")  # System V shared memory, /run/lock
-    _solved(attack, P1, P2)
+    _solved(attack, P1)
     _with(
         attack,
         P1,
@@ -485,7 +487,7 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
     _stubs(attack)
     _replace(attack, P2, "def scaled_dot_product(", PROC_SPY + "\n\ndef _stub_scaled_dot_product(")
     attack = new("deep_folders")  # 1,500 levels in its HOME and in /tmp
-    _solved(attack, P1, P2)
+    _solved(attack, P1)
     _with(
         attack,
         P1,
@@ -524,18 +526,20 @@ def _submissions(base: Path, root: Path) -> dict[str, Path]:
 
     # Round three: kernel objects that outlive processes, and a flood of inodes.
     attack = new("floods_inodes")  # 600,000 empty files in one in-memory folder
-    _solved(attack, P1, P2)
+    _solved(attack, P1)
     _with(attack, P1, FLOOD_INODES)
-    shutil.copytree(honest, new("after_the_flood"), ignore=without_p3)
+    _solved(new("after_the_flood"), P1)
     attack = new("leaves_keys_and_queues")  # a keyring it makes unwritable, a POSIX queue
-    _solved(attack, P1, P2)
+    _solved(attack, P1)
     _with(attack, P1, LEAVE_KEYS_AND_QUEUES)
     attack = new("reads_keys_and_queues")
     _stubs(attack)
     _replace(attack, P2, "def scaled_dot_product(", READ_KEYS_AND_QUEUES)
-    # practical 2 keeps what every check asked in its keyring and a queue; practical 3 shows it
+    # practical 2 keeps what every check asked in its keyring and a queue; practical 3 (not
+    # started but for that) shows it
     attack = new("hidden_inputs_through_the_keyring")
-    _solved(attack, P1, P2, P3)
+    _solved(attack, P2)
+    shutil.copy2(ROOT / "exercises" / f"{P3}.py", attack / f"{P3}.py")
     _with(attack, P2, KEEP_QUESTIONS_IN_THE_KEYRING)
     _with(attack, P3, SHOW_THE_KEYRING)
 
@@ -894,7 +898,7 @@ def test_partial_notebook_and_broken_submissions_get_their_own_marks(graded):
     assert re.search(rf"{P2}\.py, line \d+: syntax error", syntax["output"]), syntax["output"]
     hang = _tests(results["hang"])
     assert hang["tfidf"]["score"] == 0 and "stopped after" in hang["tfidf"]["output"]
-    assert sum(t["score"] for t in hang.values()) == FULL - hang["tfidf"]["max_score"]
+    assert sum(t["score"] for t in hang.values()) == P1_POINTS - hang["tfidf"]["max_score"]
 
 
 def test_the_notebook_named_exactly_wins_over_a_copy(graded):
@@ -976,7 +980,7 @@ def test_a_worker_that_dies_at_import_costs_its_practical_only(graded):
 def test_a_worker_that_stops_reading_costs_that_exercise_only(graded):
     tests = _tests(graded.results["stops_reading_its_pipe"])
     assert tests["tfidf"]["score"] == 0 and "stopped after" in tests["tfidf"]["output"]
-    assert sum(t["score"] for t in tests.values()) == FULL - tests["tfidf"]["max_score"]
+    assert sum(t["score"] for t in tests.values()) == P1_POINTS - tests["tfidf"]["max_score"]
 
 
 def test_a_stall_inside_a_hint_costs_that_exercise_only(graded):
@@ -995,7 +999,7 @@ def test_a_reply_over_the_limit_costs_that_exercise_only(graded):
 
 @pytest.mark.skipif(not ROOT_ONLY, reason="a user of its own for student code needs root")
 def test_cleanup_kills_what_student_code_started_and_nothing_else(graded):
-    assert graded.results["escapes_and_changes_pid"]["score"] == FULL
+    assert graded.results["escapes_and_changes_pid"]["score"] == P1_POINTS
     assert graded.bystander.poll() is None  # the user's process the grader did not start
     assert _processes_of(_student_user(graded.env)) == {graded.bystander.pid}
 
@@ -1005,10 +1009,10 @@ def test_in_a_batch_no_submission_reads_or_keeps_what_another_left(graded):
     gone before the next one runs (here: the last reads everything it can find)."""
     spy = _tests(graded.results["reads_earlier_submissions"])["scaled_dot_product"]["output"]
     assert "nothing" in spy and "VICTIM" not in spy and "left-behind" not in spy, spy
-    assert graded.results["leaves_files_behind"]["score"] == FULL
+    assert graded.results["leaves_files_behind"]["score"] == P1_POINTS
     for folder in ("/tmp", "/var/tmp", "/dev/shm", "/run/lock"):
         assert not Path(folder, "m2l-left-behind-5d2c").exists()
-    assert graded.results["leaves_ipc_and_locks_behind"]["score"] == FULL
+    assert graded.results["leaves_ipc_and_locks_behind"]["score"] == P1_POINTS
     shm = Path("/proc/sysvipc/shm").read_text().split("\n")[1:]
     assert not any(row.split()[:1] == [str(0x5D2C)] for row in shm)
 
@@ -1016,8 +1020,8 @@ def test_in_a_batch_no_submission_reads_or_keeps_what_another_left(graded):
 def test_a_flood_of_inodes_costs_its_maker_nothing_and_no_classmate_anything(graded):
     """600,000 empty files in /dev/shm: bounded by the sandbox's tmpfs (or removed with its
     user, who is retired if they cannot be); the classmate after it is graded in full."""
-    assert graded.results["floods_inodes"]["score"] == FULL
-    assert graded.results["after_the_flood"]["score"] == FULL
+    assert graded.results["floods_inodes"]["score"] == P1_POINTS
+    assert graded.results["after_the_flood"]["score"] == P1_POINTS
     assert not Path("/dev/shm/m2l-flood-5d2c").exists()
     assert "could not grade this submission in this batch" not in graded.batch.stdout
 
@@ -1025,7 +1029,7 @@ def test_a_flood_of_inodes_costs_its_maker_nothing_and_no_classmate_anything(gra
 def test_keyrings_and_message_queues_reach_no_classmate(graded):
     spy = _tests(graded.results["reads_keys_and_queues"])["scaled_dot_product"]["output"]
     assert "nothing" in spy and "5d2c" not in spy, spy
-    assert graded.results["leaves_keys_and_queues"]["score"] == FULL
+    assert graded.results["leaves_keys_and_queues"]["score"] == P1_POINTS
     assert not Path("/dev/mqueue/m2l-5d2c").exists()
 
 
@@ -1035,7 +1039,10 @@ def test_hidden_inputs_never_reach_a_visible_message(graded):
     hidden one, each phase in a place of its own."""
     data = graded.results["hidden_inputs_through_the_keyring"]
     assert "asked-5d2c" not in json.dumps(data), data
-    assert _points(data, P3) == P3_POINTS, data
+    assert _points(data, P2) == P2_POINTS, data
+    stubs = {t["tags"][1] for t in data["tests"] if t["tags"][0] == P3}
+    said = {c["status"] for c in data["extra_data"]["checks"] if c["exercise"] in stubs}
+    assert said == {"not started"}, data  # practical 3 imported: it found nothing to show
 
 
 def _log_of(batch_stdout: str, name: str) -> str:
@@ -1079,7 +1086,7 @@ def test_a_batch_from_folders_the_student_can_open_is_refused(installed, tmp_pat
 
 
 def test_folders_thousands_deep_cost_nothing_and_the_batch_goes_on(graded):
-    assert graded.results["deep_folders"]["score"] == FULL
+    assert graded.results["deep_folders"]["score"] == P1_POINTS
     assert not Path("/tmp/d").exists()
     names = list(graded.cases)
     later = names[names.index("deep_folders") + 1 :]
@@ -1156,7 +1163,7 @@ def bounded(installed, tmp_path_factory):
     _solved(sockets, P1, P2)
     _with(sockets, P2, SOCKET_HOG)
     keys = cases / "leaves_keys_and_queues"  # nothing it leaves outlives its phase
-    _solved(keys, P1, P2)
+    _solved(keys, P1)
     _with(keys, P1, LEAVE_KEYS_AND_QUEUES)
     honest = cases / "honest"
     _solved(honest, P1, P2)
@@ -1186,20 +1193,17 @@ def bounded(installed, tmp_path_factory):
     return types.SimpleNamespace(run=run, results=results)
 
 
-# At import, once: six processes of 150 MB each (each under any one process's limit).
-# Practical 3 imports practical 2 again in its own process: only practical 2's grading leaves.
+# Practical 1's code at import: a file in its HOME and a process that outlives it.
 LEAVE_FOR_THE_NEXT = """
 import os as _os
 import subprocess as _sp
-import sys as _sys
 
-if not any(name.endswith("practical3_translation") for name in _sys.modules):
-    with open(_os.path.join(_os.environ["HOME"], "left.txt"), "w") as _f:
-        _f.write("what practical 2's checks asked")
-    try:
-        _sp.Popen(["sleep", "317"], start_new_session=True)
-    except OSError:
-        pass
+with open(_os.path.join(_os.environ["HOME"], "left.txt"), "w") as _f:
+    _f.write("what practical 1's checks asked")
+try:
+    _sp.Popen(["sleep", "317"], start_new_session=True)
+except OSError:
+    pass
 """
 
 REFUSE_WHAT_WAS_LEFT = """
@@ -1223,10 +1227,11 @@ def _sleepers():
 _here = _os.path.dirname(_os.path.abspath(__file__))
 _left = _glob.glob(_os.path.join(_here, "home-*", "left.txt"))
 if _left or _sleepers():
-    raise ImportError(f"practical 2 left {_left} and processes {_sleepers()}")
+    raise ImportError(f"practical 1 left {_left} and processes {_sleepers()}")
 """
 
 
+# At import, once: six processes of 150 MB each (each under any one process's limit).
 MEMORY_HOG = """
 import os as _os, time as _time
 if not _os.path.exists("/tmp/m2l-hog-3c1d"):
@@ -1335,21 +1340,21 @@ def test_without_sandboxes_what_a_user_leaves_is_removed_and_its_keyring_stays_e
     assert "isolation: a fresh user per phase" in log, log[-3000:]
     # (a user left unwritable by a grading before the filter is retired at start, not here)
     assert "what it left could not all be removed" not in log, log[-3000:]
-    assert bounded.results["leaves_keys_and_queues"]["score"] == FULL
+    assert bounded.results["leaves_keys_and_queues"]["score"] == P1_POINTS
     assert bounded.results["honest"]["score"] == FULL
     assert not Path("/dev/mqueue/m2l-5d2c").exists()
 
 
 def test_nothing_a_practical_left_reaches_the_next_one(graded):
     data = graded.results["leaves_files_for_the_next_practical"]
-    assert _points(data, P2) == P2_POINTS and _points(data, P3) == P3_POINTS, data
+    assert _points(data, P1) == P1_POINTS and _points(data, P2) == P2_POINTS, data
 
 
 def test_in_a_batch_each_results_file_is_its_own(graded):
     results = graded.results
     assert "not a folder" in results["submission_is_a_file"]["output"]
     assert results["submission_is_a_file"]["score"] == 0
-    assert results["hang"]["score"] == FULL - 10 and results["notebooks"]["score"] == P1_POINTS
+    assert results["hang"]["score"] == P1_POINTS - 10 and results["notebooks"]["score"] == P1_POINTS
 
 
 def test_the_grade_is_reproduced_from_its_seed(graded, tmp_path):

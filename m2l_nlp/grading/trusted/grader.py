@@ -354,10 +354,7 @@ def grade_practical(
     items = exercises.values() if isinstance(exercises, dict) else exercises
     exercises = [ex for ex in items if ex.practical == practical]
     if found.text is None:
-        message = found.problem or (
-            f"not started: the submission has no {practical}.py (nor a notebook of it)"
-        )
-        return _all_results(exercises, "error" if found.problem else "not started", message)
+        return _not_found(exercises, practical, found)
     student = _StudentWorker(run, practical)
     failed = _import_failure(student, found)
     if failed is not None:
@@ -366,6 +363,14 @@ def grade_practical(
         return [_grade_exercise(ex, student, found) for ex in exercises]
     finally:
         student.close()
+
+
+def _not_found(exercises: list[Exercise], practical: str, found: Found) -> list[ExerciseResult]:
+    """Every exercise of a practical the submission does not have, or has unreadable."""
+    message = found.problem or (
+        f"not started: the submission has no {practical}.py (nor a notebook of it)"
+    )
+    return _all_results(exercises, "error" if found.problem else "not started", message)
 
 
 def _import_failure(student: _StudentWorker, found: Found) -> tuple[str, str] | None:
@@ -498,16 +503,12 @@ def phases(exercises: dict[str, Exercise], practicals: list[str]) -> list[Phase]
 
 
 def _grade_submission(
-    batch: _Batch, submission: Path, folder: Path, budget: TimeBudget | None
+    batch: _Batch, found: dict[str, Found], folder: Path, budget: TimeBudget
 ) -> tuple[list[ExerciseResult], list[str]]:
-    """The results of one submission (in the current grading seed), in the catalog's order,
-    and what to say first. Each phase runs in a place of its own (:meth:`_Batch.open_place`)."""
+    """The results of one submission (its practicals ``found``, in the current grading
+    seed), in the catalog's order, and what to say first. Each phase runs in a place of its
+    own (:meth:`_Batch.open_place`)."""
     exercises = batch.exercises
-    try:
-        found = find_practicals(submission, batch.practicals)
-    except SubmissionError as err:
-        message = f"error: {safe_text(err)}"
-        return _all_results(list(exercises.values()), "error", message), [message]
     notes = []
     for practical, item in found.items():
         if item.text is not None:
@@ -527,6 +528,8 @@ def _grade_phase(
     batch: _Batch, phase: Phase, found: Found, folder: Path, budget: TimeBudget | None
 ) -> list[ExerciseResult]:
     """One phase's results, graded in a fresh place that ends with it."""
+    if found.text is None:  # nothing to run: no reference asked, no place opened
+        return _not_found(phase.exercises, phase.practical, found)
     reference, limits = batch.references[phase.practical]
     place = batch.open_place()  # NoPlaceLeft: the submission is not graded in this batch
     try:
@@ -599,6 +602,15 @@ class _Batch:
         if problem:
             self.log(f"note: the reference's OOM score is left as it is: {problem}")
 
+    def budget(self, practicals: list[str]) -> TimeBudget:
+        """One submission's time budget: what the references of its ``practicals`` allow."""
+        limits = {n: t for p in practicals for n, t in self.references[p][1].items()}
+        seconds = submission_seconds(self.settings.submission_time_limit, limits, len(practicals))
+        # the reference's answers to one submission take less than its own pass over every
+        # check: more than a few times that is the submission's doing (it slows the machine)
+        spent = sum(self.reference_seconds[p] for p in practicals)
+        return TimeBudget(seconds, REFERENCE_TIME_FACTOR * spent + 60)
+
     def open_place(self) -> Place | None:
         """A fresh place for the next phase (None where student code runs as this user)."""
         if self.isolation is None:
@@ -664,27 +676,29 @@ def _grade_one(batch: _Batch, number: int, submission: Path, seed: int) -> dict[
     errors: list[str] = []
     table = ""
     try:
-        for practical in batch.practicals:
+        try:
+            found = find_practicals(submission, batch.practicals)
+        except SubmissionError as err:
+            message = f"error: {safe_text(err)}"
+            results, notes = _all_results(list(batch.exercises.values()), "error", message), []
+            found = {}
+        # Each practical's reference is checked when the first submission that has it comes
+        # (a class handing in practical 1 never waits for the others'), outside the seed.
+        present = [p for p, item in found.items() if item.text is not None]
+        for practical in present:
             batch.check_reference(practical)
         folder.mkdir(mode=0o755)
-        limits = {n: t for _, lim in batch.references.values() for n, t in lim.items()}
-        seconds = submission_seconds(
-            batch.settings.submission_time_limit, limits, len(batch.practicals)
-        )
-        # the reference's answers to one submission take less than its own pass over every
-        # check: more than a few times that is the submission's doing (it slows the machine)
-        allowance = REFERENCE_TIME_FACTOR * sum(batch.reference_seconds.values()) + 60
-        budget = TimeBudget(seconds, allowance)
-        with seeded(seed):
-            results, notes = _grade_submission(batch, submission, folder, budget)
+        if found:
+            with seeded(seed):
+                results, notes = _grade_submission(batch, found, folder, batch.budget(present))
         blame_earlier(results)
         failed_imports = (c.message for r in results for c in r.checks if c.status == "error")
         errors = list(dict.fromkeys(failed_imports))
         data = results_json(results, [*notes, *errors], batch.settings)
         data["extra_data"]["seed"] = seed
         table = score_table(results, len(batch.exercises))
-    except NoPlaceLeft:
-        raise
+    except (NoPlaceLeft, GraderBroken, WorkerUnavailable):
+        raise  # the batch's: grade() says so for this submission and every later one
     except (Exception, WorkerGone) as err:  # noqa: BLE001 - this submission's loss only
         log("".join(traceback.format_exception(err)))
         data = _failed(
@@ -850,6 +864,18 @@ def _memory_groups(batch: _Batch) -> tuple[tuple[Path, bool], int] | None:
     return parent, limit
 
 
+def _cannot_grade(
+    jobs: Sequence[tuple[Path, Path]], err: Exception, log: Callable[[str], None]
+) -> None:
+    """Every results file of ``jobs`` says that no grade can be given on this machine: the
+    machine's problem in words; the reference's (which may name a hidden check and its
+    inputs) only in the log, and main()'s line."""
+    said = err if isinstance(err, WorkerUnavailable) else "your instructor has the details"
+    for _, results_path in jobs:
+        write_json_atomic(results_path, _failed(f"The autograder could not grade: {said}"))
+    log(f"error: {err}")
+
+
 def grade(
     jobs: Sequence[tuple[Path, Path]],
     root: Path | None = None,
@@ -857,13 +883,14 @@ def grade(
     seed: int | None = None,
     progress: int | None = None,
 ) -> list[dict[str, Any]]:
-    """Grade each ``(submission folder, results.json path)`` of ``jobs`` (the reference is
-    checked once for all) and write each results file, whatever a submission does; returns
+    """Grade each ``(submission folder, results.json path)`` of ``jobs`` (each practical's
+    reference is checked once for all, when a submission first has it) and write each
+    results file, whatever a submission does; returns
     their contents. ``seed``: the grading seed of every submission (a fresh one each
     otherwise). ``progress``: a file descriptor told ``start N`` and ``done N`` for each
     (:func:`supervise` reads it). Raises :class:`GraderBroken` or :class:`WorkerUnavailable`
-    (each results file written, saying so) when no submission can be graded on this
-    machine, and :class:`NoPlaceLeft` (the rest logged, unwritten) when the pool of users
+    (each results file not yet written is, saying so) when no submission can be graded on
+    this machine, and :class:`NoPlaceLeft` (the rest logged, unwritten) when the pool of users
     ran out."""
     root = root or repo_root()
     log = safe_log(log)
@@ -887,15 +914,8 @@ def grade(
                 raise GraderBroken(f"the hidden checks do not import: {err!r}") from None
             batch.practicals = _practicals(batch.exercises)
             batch.isolation = _isolation(batch)
-            for practical in batch.practicals:
-                batch.check_reference(practical)
         except (GraderBroken, WorkerUnavailable) as err:
-            # The machine's problem is said to the student; the reference's (which may name a
-            # hidden check and its inputs) only in the log, and main()'s line.
-            said = err if isinstance(err, WorkerUnavailable) else "your instructor has the details"
-            for _, results_path in jobs:
-                write_json_atomic(results_path, _failed(f"The autograder could not grade: {said}"))
-            log(f"error: {err}")
+            _cannot_grade(jobs, err, log)
             raise
         batch.watch = MemoryWatch(
             int(batch.settings.memory_budget_mb * 2**20),
@@ -915,6 +935,9 @@ def grade(
                 start = time.monotonic()
                 try:
                     data = _grade_one(batch, number, submission, this_seed)
+                except (GraderBroken, WorkerUnavailable) as err:  # a reference, checked late
+                    _cannot_grade(jobs[number:], err, log)
+                    raise
                 except NoPlaceLeft as err:
                     left = [str(p) for pair in jobs[number:] for p in pair]
                     log(

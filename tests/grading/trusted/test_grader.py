@@ -143,6 +143,9 @@ def test_a_failure_in_any_stage_costs_its_own_submission_only(tmp_path, monkeypa
         assert "score" in data and data["extra_data"]["seed"] > 0, stage
         # said in the log, or (a check's own error) in that check's result
         assert f"injected into {stage}" in log + json.dumps(data), stage
+    # practical 1 only: the other practicals' references were never run
+    assert "practical1_baselines: the reference passed" in log
+    assert "practical2_transformers: the reference" not in log
     honest = json.loads(jobs[-1][1].read_text())
     p1 = [t for t in honest["tests"] if t["tags"][0] == "practical1_baselines"]
     lost = [t.get("output", "") for t in p1 if t["score"] < t["max_score"]]
@@ -204,6 +207,40 @@ def test_the_phases_run_every_visible_check_before_any_hidden_one():
 
 
 @pytest.mark.slow
+def test_a_reference_that_fails_when_first_needed_stops_the_batch_from_there(
+    tmp_path, monkeypatch, capsys
+):
+    """Practical 2's reference is run when the second submission first has practical 2: it
+    fails there, so that submission and every later one say so (the batch stops: no grade
+    would be right); the first keeps its grade."""
+    from m2l_nlp.grading.trusted import grader
+
+    monkeypatch.setenv("M2L_GRADER_USER", "root")
+    original = grader.reference_pass
+
+    def broken_for_practical2(exercises, practical, *args, **kwargs):
+        if practical == "practical2_transformers":
+            raise grader.GraderBroken("practical2_transformers: scaled_dot_product failed")
+        return original(exercises, practical, *args, **kwargs)
+
+    monkeypatch.setattr(grader, "reference_pass", broken_for_practical2)
+    jobs = []
+    for index, practical in enumerate(["practical1_baselines", "practical2_transformers"] * 2):
+        folder = tmp_path / f"s{index}"
+        folder.mkdir()
+        shutil.copy2(ROOT / "exercises" / f"{practical}.py", folder)
+        jobs.append((folder, tmp_path / f"r{index}.json"))
+    with pytest.raises(grader.GraderBroken):
+        grader.grade(jobs, root=ROOT)
+    first = json.loads(jobs[0][1].read_text())
+    assert first["tests"] and "could not grade" not in first["output"]
+    for _, path in jobs[1:]:
+        said = json.loads(path.read_text())["output"]
+        assert "could not grade: your instructor has the details" in said, said
+        assert "scaled_dot_product" not in said  # the reference's words: the log's only
+    assert "error: practical2_transformers: scaled_dot_product failed" in capsys.readouterr().out
+
+
 def test_a_grader_killed_mid_submission_costs_that_submission_only(tmp_path):
     """As the kernel's OOM killer would: the grader is killed while it grades the first of
     two submissions; that one's results say it could not be graded, and a fresh grader
