@@ -46,7 +46,7 @@ lint: $(STAMP)
 # busy, and the workers the rest, sooner done than one run after the other (benchmarks/
 # README.md). The checks' output is shown after the workers' run; Ctrl-C stops both. The
 # end-to-end tests marked `slow` (whole training runs, notebooks, kills and resumes) run in
-# `make test-slow`, which CI runs after this.
+# `make test-slow`, which CI runs beside this.
 JOBS ?= 2
 GRADED  = $(BIN)/python -m pytest tests/graded --impl solutions -q
 LIBRARY = $(BIN)/python -m pytest tests --ignore=tests/graded --impl solutions -q -n $(JOBS) -m "not slow"

@@ -18,15 +18,9 @@ CONFIG = TransformerConfig(
 
 
 @pytest.fixture(scope="module")
-def lm():
+def lm(moved_params):
     funcs, practical = language_model(CONFIG, "solutions")
-    params = init_params(funcs, 0, CONFIG.max_len)
-    rng = np.random.default_rng(0)  # away from the initial LayerNorms and zero biases
-
-    def moved(p):  # on the host: no program compiled per shape of parameter
-        return np.asarray(p) + 0.3 * rng.standard_normal(p.shape).astype(np.float32)
-
-    params = jax.tree_util.tree_map(moved, params)
+    params = moved_params(init_params(funcs, 0, CONFIG.max_len))
     return funcs, practical, params
 
 
