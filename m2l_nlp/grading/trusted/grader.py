@@ -667,6 +667,15 @@ class _Batch:
         return held + (self.tmpfs.grown_by_student() if place is not None else 0)
 
 
+class _ReferenceFailed(Exception):
+    """A reference's pass failed when first needed (``error``): no later grade would be
+    right. (A reference's process that ends while it answers costs that submission only.)"""
+
+    def __init__(self, error: GraderBroken | WorkerUnavailable):
+        super().__init__(str(error))
+        self.error = error
+
+
 def _grade_one(batch: _Batch, number: int, submission: Path, seed: int) -> dict[str, Any]:
     """Grade one submission and return its results (always; anything it raised is its own
     error, but :class:`NoPlaceLeft`), its processes, files and IPC objects gone."""
@@ -685,8 +694,11 @@ def _grade_one(batch: _Batch, number: int, submission: Path, seed: int) -> dict[
         # Each practical's reference is checked when the first submission that has it comes
         # (a class handing in practical 1 never waits for the others'), outside the seed.
         present = [p for p, item in found.items() if item.text is not None]
-        for practical in present:
-            batch.check_reference(practical)
+        try:
+            for practical in present:
+                batch.check_reference(practical)
+        except (GraderBroken, WorkerUnavailable) as err:
+            raise _ReferenceFailed(err) from None
         folder.mkdir(mode=0o755)
         if found:
             with seeded(seed):
@@ -697,7 +709,7 @@ def _grade_one(batch: _Batch, number: int, submission: Path, seed: int) -> dict[
         data = results_json(results, [*notes, *errors], batch.settings)
         data["extra_data"]["seed"] = seed
         table = score_table(results, len(batch.exercises))
-    except (NoPlaceLeft, GraderBroken, WorkerUnavailable):
+    except (NoPlaceLeft, _ReferenceFailed):
         raise  # the batch's: grade() says so for this submission and every later one
     except (Exception, WorkerGone) as err:  # noqa: BLE001 - this submission's loss only
         log("".join(traceback.format_exception(err)))
@@ -935,9 +947,9 @@ def grade(
                 start = time.monotonic()
                 try:
                     data = _grade_one(batch, number, submission, this_seed)
-                except (GraderBroken, WorkerUnavailable) as err:  # a reference, checked late
-                    _cannot_grade(jobs[number:], err, log)
-                    raise
+                except _ReferenceFailed as failed:  # a reference, checked when first needed
+                    _cannot_grade(jobs[number:], failed.error, log)
+                    raise failed.error from None
                 except NoPlaceLeft as err:
                     left = [str(p) for pair in jobs[number:] for p in pair]
                     log(
