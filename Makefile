@@ -77,7 +77,7 @@ test-slow: $(STAMP)
 # Colab; Colab's previous runtime the same way (.ci/colab-previous-pip-freeze.txt: Python
 # 3.12); and the newest release of everything on the newest Python (.ci/newest-passed.txt:
 # what last passed). Each: the graded suite, the loop's library tests and the demo run
-# (Colab's previous runtime, whose jax is the current one's: its notebooks and tests). See
+# (Colab's previous runtime, whose jax is the current one's: its first notebook and tests). See
 # .ci/compat.sh. The autograder's lane is in `make test-slow` (tests/e2e/test_autograder_on_gradescope.py: a
 # Python 3.10 every user can read, .ci/readable_python.sh, with the versions setup.sh ships).
 compat: compat-floors compat-colab compat-colab-previous compat-newest

@@ -11,9 +11,9 @@
 #           versions that passed (.ci/newest-passed.txt) and, when it breaks, says what moved
 # Each runs the graded suite in a built handout (the solutions as a student's exercises), the
 # tests of the checks' messages, the library tests of the training loop and the demo training;
-# colab also runs every solved notebook (colab-previous, whose jax is colab's: the notebooks
-# and the tests, not the handout's replay nor the demo). FLOORS_PYTHON / COLAB_PYTHON / COLAB_PREVIOUS_PYTHON / NEWEST_PYTHON name other
-# interpreters.
+# colab also runs every solved notebook (colab-previous, whose jax is colab's: the first
+# practical's notebook and the tests, not the handout's replay nor the demo).
+# FLOORS_PYTHON / COLAB_PYTHON / COLAB_PREVIOUS_PYTHON / NEWEST_PYTHON name other interpreters.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 kind=${1:?usage: .ci/compat.sh floors|colab|colab-previous|newest}
@@ -133,9 +133,12 @@ colab)
   pip_install colab -c "$work/colab.txt" pytest-timeout  # the tests' only tool Colab lacks
   "$py" "$root/.ci/versions.py" installed > "$work/before.txt"
   # 2. The setup cell of each notebook, as in Colab: it clones this repository (its committed
-  # state) and installs it; google.colab is a stand-in module.
+  # state) and installs it; google.colab is a stand-in module. The previous runtime, whose jax
+  # is the current one's, runs the first practical's: the setup cell on its Python and numpy.
+  notebooks=("$root"/notebooks/*_solved.ipynb)
+  [ "${COLAB_RUNTIME:-}" = previous ] && notebooks=("${notebooks[0]}")
   M2L_NLP_REPO_URL="file://$root" M2L_NLP_CLONE_DIR="$work/clone" \
-    PYDEVD_DISABLE_FILE_VALIDATION=1 "$py" "$root/.ci/colab_notebooks.py" "$work" "$root"/notebooks/*_solved.ipynb
+    PYDEVD_DISABLE_FILE_VALIDATION=1 "$py" "$root/.ci/colab_notebooks.py" "$work" "${notebooks[@]}"
   # 3. Colab's versions kept, only what Colab lacks added.
   "$py" "$root/.ci/versions.py" colab-check "$work/preinstalled.txt" "$work/before.txt"
   echo "colab: the course's dependencies (pip freeze):"; "$py" "$root/.ci/versions.py" tree

@@ -1395,8 +1395,6 @@ def test_no_user_to_run_student_code_is_said_in_the_results(installed, tmp_path)
         ["python3", "-m", "m2l_nlp.grading.trusted", str(tmp_path / "submission"), str(out)],
         env={**env, "M2L_ROOT": str(root / "source"), "M2L_GRADER_USER": "no-such-user-m2l"},
         cwd=root / "source",
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert run.returncode == 1 and "Traceback" not in run.stderr

@@ -206,6 +206,19 @@ class TranslationBlock(TranslationBlock):
         return wide, self_weights, cross_weights
 """
 
+# The same pair on its own, with nothing of the reference's computed: the sweep's block.
+BROADCASTING_PAIR = """
+
+_calls = [0]
+
+
+class TranslationBlock(TranslationBlock):
+    def __call__(self, *args, **kwargs):
+        _calls[0] += 1
+        wide = jnp.zeros((20000, 1)) if _calls[0] % 2 else jnp.zeros((1, 20000))
+        return wide, wide, wide
+"""
+
 # A cycle of replies no check expects: each call of any target answers the next one.
 HOSTILE = """
 
@@ -286,33 +299,6 @@ def _tests(data: dict) -> dict[str, dict]:
 
 
 @pytest.mark.slow
-def test_two_replies_that_broadcast_to_gigabytes_fail_their_check_and_the_grader_stays_small(
-    tmp_path,
-):
-    """Round three's attack: before, the root grader subtracted the two replies (3.3 GB)."""
-    submission = tmp_path / "broadcasting_block"
-    submission.mkdir()
-    for practical in (P2, P3):
-        (submission / f"{practical}.py").write_text(
-            (ROOT / "solutions" / f"{practical}.py").read_text()
-        )
-    with open(submission / f"{P3}.py", "a") as handle:
-        handle.write(BROADCASTING_BLOCK)
-    data, log, peak = _grade(submission, tmp_path / "results.json")
-    print(f"broadcasting pair: the grader's peak {peak:.0f} MB")  # `pytest -s`: the note's figure
-    block = _tests(data)["translation_block"]
-    assert block["score"] == 0
-    assert (
-        "TranslationBlock returned shape (1, 20000) float32 as item 0 of 3; the check expects "
-        "(B, T, D) = (2, 5, 12) float32. This check: Changing the encoder's output"
-    ) in block["output"] or "TranslationBlock returned shape (20000, 1) float32 as item 0" in (
-        block["output"]
-    ), block["output"]
-    assert _tests(data)["causal_mask"]["score"] == _tests(data)["causal_mask"]["max_score"]
-    assert peak < 1024, log[-2000:]
-
-
-@pytest.mark.slow
 def test_hostile_replies_to_every_check_fail_cleanly_and_the_grader_stays_small(tmp_path):
     """Every target of every practical, hidden exercises' included, answers each call with the
     next of a cycle of hostile replies (huge within the wire's bounds, broadcasting pairs,
@@ -326,6 +312,8 @@ def test_hostile_replies_to_every_check_fail_cleanly_and_the_grader_stays_small(
         targets.setdefault(ex.practical, []).extend(ex.targets)
     for practical, names in targets.items():
         (submission / f"{practical}.py").write_text(_hostile_file(practical, names))
+    with open(submission / f"{P3}.py", "a") as handle:  # round three's attack, as it came
+        handle.write(BROADCASTING_PAIR)
     start = time.monotonic()
     data, log, peak = _grade(submission, tmp_path / "results.json")
     print(f"hostile sweep: the grader's peak {peak:.0f} MB in {time.monotonic() - start:.0f} s")
@@ -342,6 +330,12 @@ def test_hostile_replies_to_every_check_fail_cleanly_and_the_grader_stays_small(
         for chk in ex.checks:  # each check named, with a message of its own or shared
             assert chk.name in test["output"], (ex.name, chk.name, test["output"])
         assert "```text\n\n```" not in test["output"], (ex.name, test["output"])
+    # before round three, the root grader subtracted the pair's two replies (3.3 GB)
+    assert re.search(
+        r"TranslationBlock returned shape \((20000, 1|1, 20000)\) float32 as item 0 of 3; the "
+        r"check expects \(B, T, D\) = \(2, 5, 12\) float32\.",
+        shown["translation_block"]["output"],
+    ), shown["translation_block"]["output"]
     assert peak < 1024, log[-2000:]
 
 

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
 
 from m2l_nlp.grading.trusted import bundle
 from m2l_nlp.grading.trusted.bundle import BundleError, hidden_points
+
+ROOT = Path(__file__).resolve().parents[3]
 
 HEADER = """
 from m2l_nlp.grading.checks.registry import exercise
@@ -66,7 +69,8 @@ def test_a_reference_that_fails_at_grading_names_no_hidden_check_to_students(tmp
 
     monkeypatch.setenv("M2L_GRADER_USER", "root")
     monkeypatch.setattr(grader, "reference_pass", reference_pass)
-    (tmp_path / "submission").mkdir()
+    (tmp_path / "submission").mkdir()  # a practical's file: its reference is then needed
+    shutil.copy2(ROOT / "exercises" / "practical2_transformers.py", tmp_path / "submission")
     results = tmp_path / "results.json"
     logged = []  # the hidden log (main() prints it, and exits 1)
     with pytest.raises(grader.GraderBroken):
