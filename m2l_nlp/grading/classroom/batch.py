@@ -11,6 +11,7 @@ run's seed and lists who gains and who loses points, per exercise.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import secrets
@@ -26,6 +27,7 @@ from pathlib import Path, PurePosixPath
 
 from m2l_nlp.grading.classroom.exports import ZIP_ERRORS, ExportError, Submission, parse_metadata
 from m2l_nlp.grading.classroom.gradebook import Gradebook
+from m2l_nlp.impl import repo_root
 
 MAX_MEMBERS = 100_000
 MAX_FILE_BYTES = 256 << 20
@@ -122,6 +124,41 @@ def check_isolation(local: bool) -> None:
     student_users()  # LookupError, in words, where no user can run student code
 
 
+def grading_version(root: Path | None = None) -> tuple[str | None, str]:
+    """``(course commit, bundle hash)`` of what grades: the commit of the course's checkout
+    (``+changes`` where tracked files differ from it; None outside a git checkout), and the
+    SHA-256 of every Python file of the library that grades (this ``m2l_nlp``) and of the
+    reference (``solutions/``), which a bundle unpacked from a zip has as well."""
+    root = repo_root() if root is None else root
+    digest = hashlib.sha256()
+    package = Path(__file__).resolve().parents[2]
+    files = [(f"m2l_nlp/{p.relative_to(package)}", p) for p in package.rglob("*.py")]
+    files += [(f"solutions/{p.name}", p) for p in (root / "solutions").glob("*.py")]
+    for name, path in sorted(files):
+        digest.update(f"{name}\0{path.stat().st_size}\0".encode())
+        digest.update(path.read_bytes())
+    return _commit(root), digest.hexdigest()
+
+
+def _commit(root: Path) -> str | None:
+    if not (root / ".git").exists():
+        return None
+    try:
+        head, changes = (
+            subprocess.run(
+                ["git", "-C", str(root), *command],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=True,
+            ).stdout.strip()
+            for command in (["rev-parse", "HEAD"], ["status", "--porcelain", "-uno"])
+        )
+    except (OSError, subprocess.SubprocessError):  # no git here, or not a repository
+        return None
+    return head + ("+changes" if changes else "")
+
+
 @dataclass
 class ClassRun:
     run: int
@@ -134,15 +171,20 @@ def plan(book: Gradebook, submissions: list[Submission], regrade: bool) -> Class
     """The run to grade in, its seed and what it grades: an unfinished run resumes, the
     others' submissions are not graded twice unless ``regrade`` (with the last seed)."""
     last = book.last_run("grade")
+    commit, bundle = grading_version()
     if regrade:
         seed = last[1] if last and last[1] else _new_seed()
-        return ClassRun(book.start_run("grade", seed=seed), seed, submissions, False)
+        run = book.start_run("grade", seed=seed, course_commit=commit, bundle_hash=bundle)
+        return ClassRun(run, seed, submissions, False)
     done = book.graded("grade")
     todo = [s for s in submissions if s.id not in done]
     if last and not last[2] and last[1]:
-        return ClassRun(last[0], last[1], todo, True)
+        if book.run_version(last[0])[1] in (None, bundle):
+            return ClassRun(last[0], last[1], todo, True)
+        book.finish_run(last[0])  # graded by other code: a run holds one version's results
     seed = _new_seed()
-    return ClassRun(book.start_run("grade", seed=seed), seed, todo, False)
+    run = book.start_run("grade", seed=seed, course_commit=commit, bundle_hash=bundle)
+    return ClassRun(run, seed, todo, False)
 
 
 def _new_seed() -> int:
@@ -165,8 +207,10 @@ def grade_class(
     folder = class_folder(export, work)
     submissions = submissions_in(folder)
     job = plan(book, submissions, regrade)
+    commit, bundle = book.run_version(job.run)
     say(
-        f"{'resuming' if job.resumed else 'grading'} run {job.run} (seed {job.seed}): "
+        f"{'resuming' if job.resumed else 'grading'} run {job.run} (seed {job.seed}, course "
+        f"{(commit or 'not a git checkout')[:12]}, bundle {(bundle or '?')[:12]}): "
         f"{len(job.todo)} of {len(submissions)} submissions to grade"
     )
     here = work / f"run-{job.run}"

@@ -154,6 +154,13 @@ class Gradebook:
         ).fetchone()
         return (found[0], found[1], bool(found[2])) if found else None
 
+    def run_version(self, run: int) -> tuple[str | None, str | None]:
+        """``(course_commit, bundle_hash)`` that ``run`` recorded."""
+        found = self.db.execute(
+            "SELECT course_commit, bundle_hash FROM runs WHERE id = ?", (run,)
+        ).fetchone()
+        return (found[0], found[1]) if found else (None, None)
+
     def graded(self, kind: str = "grade") -> set[str]:
         """The submissions that some run of ``kind`` has an outcome for."""
         rows = self.db.execute(

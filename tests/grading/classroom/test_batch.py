@@ -99,6 +99,35 @@ def test_a_run_resumes_with_its_seed_and_a_regrade_reuses_the_last_seed(tmp_path
     book.close()
 
 
+def test_a_run_records_what_graded_it_and_resumes_only_with_the_same(tmp_path, monkeypatch):
+    """The course's commit (``+changes`` past it) and the hash of the grading code and the
+    reference; a run stopped midway resumes only where both grade as they did."""
+    course = tmp_path / "course"
+    (course / "solutions").mkdir(parents=True)
+    (course / "solutions" / f"{P1}.py").write_text("ANSWER = 1\n")
+    monkeypatch.setenv("M2L_ROOT", str(course))
+    assert batch.grading_version()[0] is None  # not a git checkout: no commit to name
+    git = ["git", "-C", str(course), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "course"], check=True)
+    head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
+    book = Gradebook(tmp_path / "b.sqlite")
+    subs = [Submission(f"s{i}", (), "") for i in range(2)]
+    first = plan(book, subs, regrade=False)
+    commit, bundle = book.run_version(first.run)
+    assert commit == head.stdout.strip() and len(bundle) == 64
+    book.record(first.run, subs[0], {"score": 1, "tests": []})
+    assert plan(book, subs, regrade=False).resumed  # stopped; nothing changed
+    (course / "solutions" / f"{P1}.py").write_text("ANSWER = 2\n")  # a fixed reference
+    changed = plan(book, subs, regrade=False)
+    assert not changed.resumed and changed.run != first.run
+    assert [s.id for s in changed.todo] == ["s1"]  # what was graded stays graded
+    commit, other = book.run_version(changed.run)
+    assert commit == head.stdout.strip() + "+changes" and other != bundle
+    book.close()
+
+
 def test_who_gains_and_who_loses_per_exercise():
     before = {"a": {"tfidf": 10, "multi_hot": 5}, "b": {"tfidf": 10}, "gone": {"tfidf": 1}}
     after = {"a": {"tfidf": 10, "multi_hot": 10}, "b": {"tfidf": 7.5}, "new": {"tfidf": 3}}
