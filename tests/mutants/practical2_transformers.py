@@ -24,12 +24,18 @@ MUTANTS = {
         (
             "scores not divided",
             [("/ math.sqrt(d_k)", "")],
-            {"says": "Yours are the softmax of Q K^T without dividing the scores"},
+            {
+                "hint": "scaled_dot_product/scores-not-divided",
+                "says": "Yours are the softmax of Q K^T without dividing the scores",
+            },
         ),
         (
             "scores divided by d_k",
             [("/ math.sqrt(d_k)", "/ d_k")],
-            {"says": "Yours are the softmax of Q K^T dividing them by d_k"},
+            {
+                "hint": "scaled_dot_product/scores-divided-by-d-k",
+                "says": "Yours are the softmax of Q K^T dividing them by d_k",
+            },
         ),
         (
             "softmax over the queries",
@@ -113,6 +119,7 @@ MUTANTS = {
             "keys projected with proj_q",
             [("split_heads(self.proj_k(k))", "split_heads(self.proj_q(k))")],
             {
+                "hint": "multihead_attention/keys-projected-with-proj-q",
                 "says": "Your keys are projected with proj_q",
                 "check": "mha_matches_reference",
                 "not": (_MASK_HINT, _SOFTMAX_HINT),
@@ -121,17 +128,29 @@ MUTANTS = {
         (
             "keys projected with proj_v",
             [("split_heads(self.proj_k(k))", "split_heads(self.proj_v(k))")],
-            {"says": "Your keys are projected with proj_v", "not": _MASK_HINT},
+            {
+                "hint": "multihead_attention/keys-projected-with-proj-v",
+                "says": "Your keys are projected with proj_v",
+                "not": _MASK_HINT,
+            },
         ),
         (
             "values projected with proj_q",
             [("split_heads(self.proj_v(v))", "split_heads(self.proj_q(v))")],
-            {"says": "Your values are projected with proj_q", "not": _MASK_HINT},
+            {
+                "hint": "multihead_attention/values-projected-with-proj-q",
+                "says": "Your values are projected with proj_q",
+                "not": _MASK_HINT,
+            },
         ),
         (
             "values projected with proj_k",
             [("split_heads(self.proj_v(v))", "split_heads(self.proj_k(v))")],
-            {"says": "Your values are projected with proj_k", "not": _MASK_HINT},
+            {
+                "hint": "multihead_attention/values-projected-with-proj-k",
+                "says": "Your values are projected with proj_k",
+                "not": _MASK_HINT,
+            },
         ),
         (
             "keys and values swap projections",
@@ -139,17 +158,26 @@ MUTANTS = {
                 ("split_heads(self.proj_k(k))", "split_heads(self.proj_v(k))"),
                 ("split_heads(self.proj_v(v))", "split_heads(self.proj_k(v))"),
             ],
-            {"says": "Your keys and values swap their projections", "not": _MASK_HINT},
+            {
+                "hint": "multihead_attention/keys-and-values-swapped",
+                "says": "Your keys and values swap their projections",
+                "not": _MASK_HINT,
+            },
         ),
         (
             "queries projected with proj_k",
             [("split_heads(self.proj_q(q))", "split_heads(self.proj_k(q))")],
-            {"says": "Your queries are projected with proj_k", "not": _MASK_HINT},
+            {
+                "hint": "multihead_attention/queries-projected-with-proj-k",
+                "says": "Your queries are projected with proj_k",
+                "not": _MASK_HINT,
+            },
         ),
         (
             "output projection left out",
             [("return self.proj_o(out), weights", "return out, weights")],
             {
+                "hint": "multihead_attention/no-output-projection",
                 "says": "Yours leaves out the output projection",
                 "check": "mha_matches_reference",
                 "not": (_MASK_HINT, _SOFTMAX_HINT),
@@ -226,7 +254,10 @@ MUTANTS = {
         (
             "feed-forward called without is_train",
             [("dropout(self.feed_forward(x, is_train))", "dropout(self.feed_forward(x))")],
-            {"says": _FLAG_DROPPED.format("x = self.norm_2(x + dropout(self.feed_forward(x)))")},
+            {
+                "hint": "any/is-train-not-passed-on",
+                "says": _FLAG_DROPPED.format("x = self.norm_2(x + dropout(self.feed_forward(x)))"),
+            },
         ),
         (
             "no residual",

@@ -25,17 +25,26 @@ MUTANTS = {
                     "return jnp.where(jnp.tril(jnp.ones((seq_len, seq_len))) == 1, 0.0, -jnp.inf)",
                 )
             ],
-            {"says": "yours is an additive mask (0 where a key is visible, -inf for the future)"},
+            {
+                "hint": "causal_mask/additive-mask",
+                "says": "yours is an additive mask (0 where a key is visible, -inf for the future)",
+            },
         ),
         (
             "additive, -1e9",
             [(_TRIL, "return jnp.where(jnp.tril(jnp.ones((seq_len, seq_len))) == 1, 0.0, -1e9)")],
-            {"says": "an additive mask (0 where a key is visible, a very negative number for"},
+            {
+                "hint": "causal_mask/additive-mask",
+                "says": "an additive mask (0 where a key is visible, a very negative number for",
+            },
         ),
         (
             "the future marked, as PyTorch's boolean mask",
             [(_TRIL, "return jnp.triu(jnp.ones((seq_len, seq_len), jnp.int32), 1)")],
-            {"says": "yours marks the future with 1, as PyTorch's boolean attn_mask does"},
+            {
+                "hint": "causal_mask/future-marked-with-1",
+                "says": "yours marks the future with 1, as PyTorch's boolean attn_mask does",
+            },
         ),
     ],
     "decoder_block": [
@@ -54,7 +63,10 @@ MUTANTS = {
                     "        x = x + dropout(self.feed_forward(self.norm_2(x), is_train))",
                 ),
             ],
-            {"says": "yours normalises before each sub-layer (pre-LayerNorm)"},
+            {
+                "hint": "decoder_block/pre-layernorm",
+                "says": "yours normalises before each sub-layer (pre-LayerNorm)",
+            },
         ),
         (
             "norm_1 and norm_2 swapped",
@@ -65,7 +77,7 @@ MUTANTS = {
                     "        x = self.norm_1(x + dropout(self.feed_forward(x, is_train)))",
                 )
             ],
-            {"says": "Yours swaps norm_1 and norm_2"},
+            {"hint": "decoder_block/norms-swapped", "says": "Yours swaps norm_1 and norm_2"},
         ),
         (
             "LayerNorm inside the residual",
@@ -103,7 +115,8 @@ MUTANTS = {
                 )
             ],
             {
-                "says": ": `x, _ = block(x, mask)`)\nHint: this line calls a sub-module without is_train"
+                "hint": "any/is-train-not-passed-on",
+                "says": ": `x, _ = block(x, mask)`)\nHint: this line calls a sub-module without is_train",
             },
         ),
         (
@@ -144,7 +157,8 @@ MUTANTS = {
                 )
             ],
             {
-                "says": ": `x = self.positional(x)`)\nHint: this line calls a sub-module without is_train"
+                "hint": "any/is-train-not-passed-on",
+                "says": ": `x = self.positional(x)`)\nHint: this line calls a sub-module without is_train",
             },
         ),
         (
@@ -255,7 +269,10 @@ MUTANTS = {
                     "table, 0, x.shape[-2])\n            x, caches = self.decoder(",
                 )
             ],
-            {"says": "one position at a time it is not: add the positional rows of positions at"},
+            {
+                "hint": "any/wrong-only-one-position-at-a-time",
+                "says": "one position at a time it is not: add the positional rows of positions at",
+            },
         ),
         (
             "the decoder hands back the caches it was given",
@@ -347,7 +364,10 @@ MUTANTS = {
                     "        x = x + dropout(self.feed_forward(self.norm_3(x), is_train))",
                 ),
             ],
-            {"says": "Your self-attention weights are the reference's for norm_1(x)"},
+            {
+                "hint": "translation_block/pre-layernorm",
+                "says": "Your self-attention weights are the reference's for norm_1(x)",
+            },
         ),
         (
             "cross-attention reads the decoder",

@@ -16,6 +16,24 @@ class CheckFailure(AssertionError):
     """A graded check found a mistake; the message says what is wrong, in words."""
 
 
+_SLIPS: dict[str, str] = {}  # the words that name a typical slip -> its id
+
+
+def slip(slip_id: str, words: str) -> str:
+    """``words``, the words a check's message uses for one typical slip, named by the stable
+    ``slip_id`` (``exercise/what-went-wrong``): a failed check whose message holds them
+    carries that id (:func:`named_slip`), which an instructor's report counts."""
+    if _SLIPS.setdefault(words, slip_id) != slip_id:
+        raise ValueError(f"{words!r} already names the slip {_SLIPS[words]!r}")
+    return words
+
+
+def named_slip(message: str) -> str | None:
+    """The id of the slip whose words ``message`` holds (the longest, where several do)."""
+    found = [words for words in _SLIPS if words in message]
+    return _SLIPS[max(found, key=len)] if found else None
+
+
 @dataclasses.dataclass(frozen=True)
 class Check:
     """One graded property of an exercise; ``func(ctx)`` raises :class:`CheckFailure`."""

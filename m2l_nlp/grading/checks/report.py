@@ -132,7 +132,12 @@ def results_json(
     output = "\n\n".join([*(_fenced(n) for n in notes), "\n".join(rows)])
     # every check's verdict, for the instructor's gradebook (Gradescope shows students none)
     checks = [
-        {"exercise": r.exercise.name, "check": c.check, "status": c.status}
+        {
+            "exercise": r.exercise.name,
+            "check": c.check,
+            "status": c.status,
+            **({"hint": c.hint} if c.hint else {}),
+        }
         for r in results
         for c in r.checks
     ]

@@ -24,7 +24,7 @@ import numpy as np
 from m2l_nlp import devices
 from m2l_nlp.authoring.stubs import make_stub
 from m2l_nlp.grading.checks import expected
-from m2l_nlp.grading.checks.registry import Check, CheckFailure, Exercise
+from m2l_nlp.grading.checks.registry import Check, CheckFailure, Exercise, named_slip, slip
 from m2l_nlp.grading.checks.tools import key_for, rng_for
 from m2l_nlp.impl import load_practical, repo_root
 
@@ -248,43 +248,59 @@ def run_check(
 
 
 _RANDOM_KEY_ASKED = ("non-None PRNGKey", "next_rng_key")  # haiku's words for a missing key
-_FLAG_DROPPED = (
+_FLAG_DROPPED = slip(
+    "any/is-train-not-passed-on",
     "this line calls a sub-module without is_train, so the sub-module runs with its default, "
     "is_train=True, even in evaluation mode, and its dropout asks for a random key: pass "
-    "is_train on to every sub-module that has dropout"
+    "is_train on to every sub-module that has dropout",
 )
 
 # (words that occur in the error, the hint): the first entry with a word found applies.
 _HINTS = (
     (
         ("Unable to retrieve parameter",),
-        "your module asks for a parameter the reference does not create: build sub-modules "
-        "only in __init__, with the names given in the stub",
+        slip(
+            "any/parameter-the-reference-lacks",
+            "your module asks for a parameter the reference does not create: build sub-modules "
+            "only in __init__, with the names given in the stub",
+        ),
     ),
     (
         _RANDOM_KEY_ASKED,
-        "your code asked for a random key in evaluation mode (is_train=False): dropout must "
-        "only run when is_train is True, and every sub-module with dropout must be given "
-        "is_train (their default is True)",
+        slip(
+            "any/dropout-in-evaluation-mode",
+            "your code asked for a random key in evaluation mode (is_train=False): dropout must "
+            "only run when is_train is True, and every sub-module with dropout must be given "
+            "is_train (their default is True)",
+        ),
     ),
     (
         ("TracerBoolConversionError", "ConcretizationTypeError"),
-        "a Python `if` or `bool()` on an array fails under jax.jit: use jnp.where, or test a "
-        "Python value (a shape, a flag) instead",
+        slip(
+            "any/python-if-on-an-array",
+            "a Python `if` or `bool()` on an array fails under jax.jit: use jnp.where, or test a "
+            "Python value (a shape, a flag) instead",
+        ),
     ),
     (
         ("with retrieved shape",),
-        "a layer got inputs of another size than the reference's layer (its weights were "
-        "made for that size): check what you feed it, e.g. the pooling or a concatenation",
+        slip(
+            "any/layer-input-of-another-size",
+            "a layer got inputs of another size than the reference's layer (its weights were "
+            "made for that size): check what you feed it, e.g. the pooling or a concatenation",
+        ),
     ),
     (
         ("Incompatible types for matmul", "Incompatible shapes for matmul"),  # jax 0.10, 0.7
-        "check the shapes you multiply (print x.shape); with leading axes, `.T` reverses all "
-        "of them: swap only the last two, jnp.swapaxes(k, -1, -2)",
+        slip(
+            "any/transpose-of-all-axes",
+            "check the shapes you multiply (print x.shape); with leading axes, `.T` reverses all "
+            "of them: swap only the last two, jnp.swapaxes(k, -1, -2)",
+        ),
     ),
     (
         ("Incompatible shapes for broadcasting", "could not broadcast", "could not be broadcast"),
-        "check the shapes you combine (print x.shape)",
+        slip("any/shapes-that-do-not-broadcast", "check the shapes you combine (print x.shape)"),
     ),
 )
 
@@ -354,12 +370,18 @@ def describe_error(err: BaseException, student_files: set[str]) -> str:
 
 @dataclasses.dataclass
 class CheckResult:
-    """The outcome of one check: ``status`` in passed / failed / not started / error."""
+    """The outcome of one check: ``status`` in passed / failed / not started / error;
+    ``hint``: the id of the typical slip its message names (:func:`registry.slip`), if any."""
 
     exercise: str
     check: str
     status: str
     message: str = ""
+    hint: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.hint is None and self.status != "passed":
+            self.hint = named_slip(self.message)
 
 
 def outcome(err: BaseException | None, student_files: set[str]) -> tuple[str, str]:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from m2l_nlp.grading.checks import registry
 from m2l_nlp.grading.checks.catalog import load_exercises
-from m2l_nlp.grading.checks.registry import Exercise
+from m2l_nlp.grading.checks.registry import Exercise, slip
 from m2l_nlp.grading.checks.report import results_json, score_table
 from m2l_nlp.grading.checks.runner import (
     CheckResult,
@@ -83,3 +85,17 @@ def test_every_checks_verdict_is_kept_for_the_instructor_without_its_message():
         {"exercise": "scaled_dot_product", "check": "masking", "status": "failed"},
     ]
     assert "secret" not in json.dumps(data["extra_data"])
+
+
+def test_a_named_slip_is_kept_by_its_id_and_student_words_name_none():
+    """A failed check whose message holds a slip's words (registry.slip) carries its id; the
+    words that name no slip give none, and a passed check none."""
+    words = slip("scaled_dot_product/test-slip-4f1e", "the test's slip, in words")
+    sdp = _result("scaled_dot_product", {"shapes": "passed", "masking": "failed"}, f"x: {words}")
+    assert [c.hint for c in sdp.checks] == [None, "scaled_dot_product/test-slip-4f1e"]
+    data = results_json([sdp], [])
+    assert data["extra_data"]["checks"][1]["hint"] == "scaled_dot_product/test-slip-4f1e"
+    assert "hint" not in data["extra_data"]["checks"][0]
+    assert CheckResult("e", "c", "failed", "the test's slip").hint is None
+    with pytest.raises(ValueError, match="already names"):
+        slip("scaled_dot_product/another-id", "the test's slip, in words")

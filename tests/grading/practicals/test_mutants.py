@@ -3,12 +3,14 @@ defines ``MUTANTS = {exercise: [(slip, [(text in the solution, replacement), ...
 Each mutant must fail its exercise's checks, every failing check with a message in words (no
 traceback); each exercise has three mutants at least.
 
-A mutant may add a third item, ``{"says": text, "not": text or tuple, "check": name}`` (each
-key optional): the words its failure's messages must hold, those none of them may hold, and
-the one check whose message is read (else all that failed). Those are asserted twice: graded
-against the reference module (the course repository), and (slow: the answers are recorded
-first) against its recorded answers, as a student's handout grades, where a hint can ask the
-reference only what was recorded and the student's earlier work is called.
+A mutant may add a third item, ``{"says": text, "not": text or tuple, "check": name, "hint":
+id}`` (each key optional): the words its failure's messages must hold, those none of them may
+hold, the one check whose message is read (else all that failed), and the id of the slip one
+of them names (``registry.slip``: results.json carries it for the class report). Those are
+asserted twice: graded against the reference module (the course repository), and (slow: the
+answers are recorded first) against its recorded answers, as a student's handout grades,
+where a hint can ask the reference only what was recorded and the student's earlier work is
+called.
 
 ``VARIANTS = {exercise: [(name, edits), ...]}`` in the same file: correct code written another
 way (a sampler by Gumbel-max rather than jax.random.categorical), which must pass every check
@@ -30,7 +32,13 @@ import pytest
 
 from m2l_nlp.grading.checks.catalog import load_exercises
 from m2l_nlp.grading.checks.expected import Replay
-from m2l_nlp.grading.checks.runner import outcome, reference, run_check, stub_lines_of
+from m2l_nlp.grading.checks.runner import (
+    CheckResult,
+    outcome,
+    reference,
+    run_check,
+    stub_lines_of,
+)
 from m2l_nlp.grading.trusted.recording import record
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -105,13 +113,16 @@ def _expect_caught(
     assert any(s == "failed" for s in statuses), f"{slip!r} was not caught: {statuses}"
     failed = [message for status, message in results if status == "failed"]
     assert all(len(m) > 30 and "Traceback" not in m for m in failed), failed
-    messages = "\n".join(failed)
     if "check" in said:
         checks = [chk.name for chk in load_exercises()[exercise].checks]
         graded = zip(checks, results, strict=True)
-        (messages,) = [m for name, (_, m) in graded if name == said["check"]]
+        failed = [m for name, (_, m) in graded if name == said["check"]]
+    messages = "\n".join(failed)
     if "says" in said:
         assert said["says"] in messages, f"{slip!r} against {where}:\n{messages}"
+    if "hint" in said:  # the slip's id, as results.json carries it for the class report
+        hints = {CheckResult(exercise, "", "failed", m).hint for m in failed}
+        assert said["hint"] in hints, f"{slip!r} against {where}: hint ids {hints}"
     nots = said.get("not", ())
     for words in (nots,) if isinstance(nots, str) else nots:
         assert words not in messages, f"{slip!r} against {where}:\n{messages}"

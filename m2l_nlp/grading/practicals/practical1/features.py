@@ -11,6 +11,7 @@ import math
 import numpy as np
 
 from m2l_nlp.grading.checks import tools
+from m2l_nlp.grading.checks.registry import slip
 from m2l_nlp.grading.practicals.practical1 import common
 
 # Two reviews worked out by hand (V = 6). Row 0: token 3 twice, padding id 0 at the end.
@@ -76,17 +77,22 @@ def check_mh_hand_example(ctx):
             real = HAND_IDS[row][HAND_MASK[row] == 1].tolist()
             pad = HAND_IDS[row][HAND_MASK[row] == 0].tolist()
             if want == 0 and token in pad:
-                why = (
+                why = slip(
+                    "multi_hot/padding-counted",
                     f"token {token} only appears at padding positions (mask 0), so it must "
-                    "stay 0: use the mask"
+                    "stay 0: use the mask",
                 )
             elif want == 1 and got > 1:
-                why = f"token {token} occurs {real.count(token)} times but must count 1"
+                why = slip(
+                    "multi_hot/counts-not-presence",
+                    f"token {token} occurs {real.count(token)} times but must count 1",
+                )
             elif want == 1 and token in pad:
-                why = (
+                why = slip(
+                    "multi_hot/set-with-repeated-indices",
                     f"token {token} is a real token of the review and must be 1, even though "
                     "the padding holds the same id: `.set` with repeated indices keeps an "
-                    "arbitrary one of the values, use `.max`"
+                    "arbitrary one of the values, use `.max`",
                 )
             else:
                 why = f"token {token} should be {want:g}"
@@ -133,7 +139,10 @@ def check_bigram_ids_hand_example(ctx):
     if not np.array_equal(buckets, HAND_BIGRAMS):
         swapped = (HAND_IDS[:, 1:] * HAND_V + HAND_IDS[:, :-1]) % HAND_BUCKETS
         hint = (
-            "the first token of the pair is multiplied by V: (ids[:, i] * V + ids[:, i + 1])"
+            slip(
+                "bag_of_bigrams/first-token-times-v",
+                "the first token of the pair is multiplied by V: (ids[:, i] * V + ids[:, i + 1])",
+            )
             if np.array_equal(np.where(HAND_PAIR_MASK == 1, buckets, 0), swapped * HAND_PAIR_MASK)
             else "bucket = (first * V + second) % num_buckets, and 0 where the pair is masked"
         )
@@ -163,9 +172,10 @@ def check_bag_hand_example(ctx):
     if not np.array_equal(out, HAND_BAG):
         extra = ""
         if out[0, HAND_V] == 1:
-            extra = (
+            extra = slip(
+                "bag_of_bigrams/pair-mask-not-passed",
                 ": bucket 0 is set, but the only pairs in bucket 0 touch the padding; pass the "
-                "pair mask to multi_hot"
+                "pair mask to multi_hot",
             )
         tools.fail(
             f"the bigram columns should be {HAND_BAG[:, HAND_V:].astype(int).tolist()}; yours "

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from m2l_nlp.grading.checks import tools
-from m2l_nlp.grading.checks.registry import CheckFailure
+from m2l_nlp.grading.checks.registry import CheckFailure, slip
 from m2l_nlp.grading.practicals.practical2 import common
 from m2l_nlp.grading.practicals.practical2.common import VOCAB, B, D, E, H, S
 
@@ -73,18 +73,21 @@ def _weights_hint(ctx, q: np.ndarray, k: np.ndarray, v: np.ndarray, weights) -> 
     except (TypeError, ValueError):  # not numbers: expect_close says so
         return ""
     root = np.float32(np.sqrt(q.shape[-1]))
-    for scaled, slip in (
-        (q * root, "without dividing the scores"),
-        (q / root, "dividing them by d_k"),
+    for scaled, words in (
+        (q * root, slip("scaled_dot_product/scores-not-divided", "without dividing the scores")),
+        (q / root, slip("scaled_dot_product/scores-divided-by-d-k", "dividing them by d_k")),
     ):
         slipped = np.asarray(tools.jitted(ctx.ref.scaled_dot_product)(scaled, k, v)[1], np.float64)
         if w.shape == slipped.shape and np.allclose(w, slipped, atol=1e-5):
             return (
-                f"Yours are the softmax of Q K^T {slip}: divide them by sqrt(d_k), the "
+                f"Yours are the softmax of Q K^T {words}: divide them by sqrt(d_k), the "
                 "square root of the size of q's last axis."
             )
     if w.shape == (*q.shape[:-1], k.shape[-2]) and not np.allclose(w.sum(-1), 1.0, atol=1e-4):
-        return "Your rows do not sum to 1: take the softmax over the last axis (the keys)."
+        return slip(
+            "scaled_dot_product/softmax-over-another-axis",
+            "Your rows do not sum to 1: take the softmax over the last axis (the keys).",
+        )
     return (
         "Check that the scores are Q K^T divided by sqrt(d_k) (the size of q's last axis) "
         "and that the softmax runs over the last axis (the keys)."
@@ -275,38 +278,62 @@ def _mha_hint(ctx, params, q, k, v, got, want) -> str:
     slips = (
         (
             {name["proj_o"]: identity},
-            "Yours leaves out the output projection: return self.proj_o of the merged heads.",
+            slip(
+                "multihead_attention/no-output-projection",
+                "Yours leaves out the output projection: return self.proj_o of the merged heads.",
+            ),
         ),
         (
             {name["proj_k"]: q_},
-            "Your keys are projected with proj_q: "
-            "project k with self.proj_k (and v with self.proj_v).",
+            slip(
+                "multihead_attention/keys-projected-with-proj-q",
+                "Your keys are projected with proj_q: "
+                "project k with self.proj_k (and v with self.proj_v).",
+            ),
         ),
         (
             {name["proj_v"]: q_},
-            "Your values are projected with proj_q: project v with self.proj_v.",
+            slip(
+                "multihead_attention/values-projected-with-proj-q",
+                "Your values are projected with proj_q: project v with self.proj_v.",
+            ),
         ),
         (
             {name["proj_v"]: k_},
-            "Your values are projected with proj_k: project v with self.proj_v.",
+            slip(
+                "multihead_attention/values-projected-with-proj-k",
+                "Your values are projected with proj_k: project v with self.proj_v.",
+            ),
         ),
         (
             {name["proj_k"]: v_},
-            "Your keys are projected with proj_v: project k with self.proj_k.",
+            slip(
+                "multihead_attention/keys-projected-with-proj-v",
+                "Your keys are projected with proj_v: project k with self.proj_k.",
+            ),
         ),
         (
             {name["proj_k"]: v_, name["proj_v"]: k_},
-            "Your keys and values swap their projections: project k with self.proj_k and v "
-            "with self.proj_v.",
+            slip(
+                "multihead_attention/keys-and-values-swapped",
+                "Your keys and values swap their projections: project k with self.proj_k and v "
+                "with self.proj_v.",
+            ),
         ),
         (
             {name["proj_q"]: k_},
-            "Your queries are projected with proj_k: project q with self.proj_q.",
+            slip(
+                "multihead_attention/queries-projected-with-proj-k",
+                "Your queries are projected with proj_k: project q with self.proj_q.",
+            ),
         ),
         (
             {name["proj_q"]: o_},
-            "Your queries are projected with proj_o: project q with self.proj_q, and keep "
-            "proj_o for the merged heads.",
+            slip(
+                "multihead_attention/queries-projected-with-proj-o",
+                "Your queries are projected with proj_o: project q with self.proj_q, and keep "
+                "proj_o for the merged heads.",
+            ),
         ),
     )
     for change, hint in slips:

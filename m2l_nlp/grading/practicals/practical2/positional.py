@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from m2l_nlp.grading.checks import tools
+from m2l_nlp.grading.checks.registry import slip
 from m2l_nlp.grading.practicals.practical2 import common
 from m2l_nlp.grading.practicals.practical2.common import B, D, S
 
@@ -21,23 +22,35 @@ pe = common.EXERCISES["positional_encoding"]
 _TABLE_SLIPS = (
     (
         lambda ref, n, d: ref(n, d)[:, np.arange(d) ^ 1] if d % 2 == 0 else None,
-        "Yours has sine and cosine swapped: the even features (0, 2, ...) get the sine, the "
-        "odd ones the cosine.",
+        slip(
+            "positional_encoding/sine-and-cosine-swapped",
+            "Yours has sine and cosine swapped: the even features (0, 2, ...) get the sine, the "
+            "odd ones the cosine.",
+        ),
     ),
     (
         lambda ref, n, d: ref(n + 1, d)[1:],
-        "Yours counts positions from 1: the first position is 0, so its row is sin(0) = 0 and "
-        "cos(0) = 1 alternating.",
+        slip(
+            "positional_encoding/positions-from-1",
+            "Yours counts positions from 1: the first position is 0, so its row is sin(0) = 0 and "
+            "cos(0) = 1 alternating.",
+        ),
     ),
     (
         lambda ref, n, d: np.zeros((n, d)),
-        "Yours is all zeros: JAX arrays cannot change, so `pe.at[...].set(...)` returns a new "
-        "array and leaves `pe` as it was. Keep what it returns: `pe = pe.at[...].set(...)`.",
+        slip(
+            "positional_encoding/set-result-dropped",
+            "Yours is all zeros: JAX arrays cannot change, so `pe.at[...].set(...)` returns a new "
+            "array and leaves `pe` as it was. Keep what it returns: `pe = pe.at[...].set(...)`.",
+        ),
     ),
     (
         lambda ref, n, d: ref(n, 2 * d)[:, :d],
-        "Yours divides by 10000^(i / d_model) with i the number of the pair: the exponent is "
-        "2i / d_model, the index of the pair's even feature.",
+        slip(
+            "positional_encoding/exponent-of-the-pair-number",
+            "Yours divides by 10000^(i / d_model) with i the number of the pair: the exponent is "
+            "2i / d_model, the index of the pair's even feature.",
+        ),
     ),
 )
 
@@ -50,8 +63,8 @@ def _table_hint(ctx, table, max_len: int, d_model: int) -> str:
         return ""
     if got.shape != (max_len, d_model):  # the comparison says so
         return ""
-    for slip, hint in _TABLE_SLIPS:
-        want = slip(lambda n, d: np.asarray(ctx.ref.sinusoidal_encoding(n, d)), max_len, d_model)
+    for slipped, hint in _TABLE_SLIPS:
+        want = slipped(lambda n, d: np.asarray(ctx.ref.sinusoidal_encoding(n, d)), max_len, d_model)
         if want is not None and np.allclose(got, want, atol=1e-5):
             return hint
     return (

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from m2l_nlp.grading.checks import tools
-from m2l_nlp.grading.checks.registry import exercises
+from m2l_nlp.grading.checks.registry import exercises, slip
 
 PRACTICAL = "practical3_translation"
 
@@ -137,9 +137,9 @@ def expect_loss_of_reference(
     got = tools.expect_array(tools.jitted(getattr(ctx.student, loss))(*batch), "the loss", shape=())
     if _agrees(float(got), want):
         return
-    for slip, value in values.items():
+    for words, value in values.items():
         if _agrees(float(got), value):
-            tools.fail(f"the loss is {float(got):.6g}, the reference's {want:.6g}: {slip.strip()}")
+            tools.fail(f"the loss is {float(got):.6g}, the reference's {want:.6g}: {words.strip()}")
     tools.fail(f"the loss is {float(got):.6g}, the reference's {want:.6g}: {otherwise}")
 
 
@@ -182,9 +182,10 @@ def one_by_one(read: Callable, inputs: Any, positions: Any, caches: Any) -> Any:
 def cache_slip(whole: np.ndarray, at_once: np.ndarray | None, what: str, fix: str) -> str:
     """The hint for a reading with caches that is not the module's own on the whole text."""
     if at_once is not None and np.allclose(at_once, whole, atol=1e-5, rtol=1e-4):
-        return (
+        return slip(
+            "any/wrong-only-one-position-at-a-time",
             f"Read all at once from position 0, your {what} is right; one position at a "
-            f"time it is not: {fix}"
+            f"time it is not: {fix}",
         )
     return fix
 

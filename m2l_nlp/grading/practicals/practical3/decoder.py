@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from m2l_nlp.grading.checks import tools
-from m2l_nlp.grading.checks.registry import CheckFailure
+from m2l_nlp.grading.checks.registry import CheckFailure, slip
 from m2l_nlp.grading.practicals import stacks
 from m2l_nlp.grading.practicals.practical3 import common
 from m2l_nlp.grading.practicals.practical3.common import FF, B, D, H, S
@@ -33,11 +33,12 @@ def _additive_slip(mask: np.ndarray) -> str:
     hides = _additive(mask)
     if not hides:
         return ""
-    return (
+    return slip(
+        "causal_mask/additive-mask",
         f"yours is an additive mask (0 where a key is visible, {hides} for the future), the "
         "kind that PyTorch adds to the scores. Here a mask says which keys are visible: 1 where "
         "query i may see key j (j <= i), 0 for the future, as int32; scaled_dot_product turns "
-        "the 0s into very negative scores itself"
+        "the 0s into very negative scores itself",
     )
 
 
@@ -57,24 +58,33 @@ def _mask_slip(got: np.ndarray) -> str:
     """The typical slip behind a wrong causal mask, in words ('' if none is recognised)."""
     n = got.shape[0]
     if n > 1 and np.array_equal(got, np.triu(np.ones((n, n)), 1)):
-        return (
+        return slip(
+            "causal_mask/future-marked-with-1",
             "yours marks the future with 1, as PyTorch's boolean attn_mask does (True = "
             "hidden); here 1 means visible: 1 where query i may see key j (j <= i), 0 for "
-            "the future"
+            "the future",
         )
     if np.array_equal(got, np.triu(np.ones((n, n)))):
-        return (
-            "yours is the upper triangle: every query sees the future and not the past (jnp.tril)"
+        return slip(
+            "causal_mask/upper-triangle",
+            "yours is the upper triangle: every query sees the future and not the past (jnp.tril)",
         )
     if np.array_equal(got, np.tril(np.ones((n, n)), -1)):
-        return (
+        return slip(
+            "causal_mask/diagonal-hidden",
             "the diagonal is 0: a position cannot see itself, and the first position then "
-            "sees nothing at all (keep the diagonal)"
+            "sees nothing at all (keep the diagonal)",
         )
     if np.array_equal(got, np.tril(np.ones((n, n)), 1)):
-        return "query i also sees key i + 1: the mask is off by one, one step into the future"
+        return slip(
+            "causal_mask/one-step-into-the-future",
+            "query i also sees key i + 1: the mask is off by one, one step into the future",
+        )
     if np.array_equal(got, np.ones((n, n))):
-        return "every entry is 1: nothing is hidden, so every position sees the future"
+        return slip(
+            "causal_mask/nothing-hidden",
+            "every entry is 1: nothing is hidden, so every position sees the future",
+        )
     return ""
 
 
@@ -91,11 +101,11 @@ def check_causal_mask_matches_reference(ctx):
             finite=False,
         )
         if not np.array_equal(got != 0, want != 0):
-            slip = _slip(ctx, got)
+            named = _slip(ctx, got)
             i, j = (int(a[0]) for a in np.nonzero((got != 0) != (want != 0)))
             tools.fail(
                 f"causal_mask({n})[{i}, {j}] is {got[i, j]}, should be {want[i, j]} (query {i} "
-                f"{'may' if want[i, j] else 'may not'} see key {j}). {slip}".rstrip()
+                f"{'may' if want[i, j] else 'may not'} see key {j}). {named}".rstrip()
             )
 
 
@@ -146,14 +156,16 @@ def _weights_slip(weights: np.ndarray, mask: np.ndarray) -> str:
     if weights.shape[-2:] != (n, n) or weights.ndim != 4:
         return ""
     if np.abs(weights[..., future]).max() > 1e-6:
-        return (
+        return slip(
+            "decoder_block/no-causal-mask",
             "Your attention weights give queries weight on later keys: apply the causal mask "
-            "(causal_mask) in the self-attention."
+            "(causal_mask) in the self-attention.",
         )
     if np.abs(weights * (mask[:, None, None, :] == 0)).max() > 1e-6:
-        return (
+        return slip(
+            "decoder_block/padding-mask-dropped",
             "Your attention weights give padding keys weight: a key must be allowed by both "
-            "the causal mask and the padding mask (multiply them into one (B, S, S) mask)."
+            "the causal mask and the padding mask (multiply them into one (B, S, S) mask).",
         )
     return ""
 
@@ -183,12 +195,16 @@ def _norm_slip(ctx, build, params, x, mask, got) -> str:
     except Exception:  # noqa: BLE001 - answers recorded before these questions were asked
         return ""
     if _same(got[1], pre[1]):
-        return (
+        return slip(
+            "decoder_block/pre-layernorm",
             "Your attention weights are the reference's for norm_1(x): yours normalises before "
-            f"each sub-layer (pre-LayerNorm). {_POST_NORM}"
+            f"each sub-layer (pre-LayerNorm). {_POST_NORM}",
         )
     if _same(got[0], swap[0]):
-        return f"Yours swaps norm_1 and norm_2: norm_1 follows the attention. {_POST_NORM}"
+        return slip(
+            "decoder_block/norms-swapped",
+            f"Yours swaps norm_1 and norm_2: norm_1 follows the attention. {_POST_NORM}",
+        )
     return ""
 
 

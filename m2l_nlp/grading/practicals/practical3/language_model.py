@@ -9,6 +9,7 @@ import numpy as np
 
 from m2l_nlp.config import TransformerConfig
 from m2l_nlp.grading.checks import tools
+from m2l_nlp.grading.checks.registry import slip
 from m2l_nlp.grading.practicals.practical3 import common
 from m2l_nlp.grading.practicals.practical3.common import FF, VOCAB, D, H, S
 
@@ -127,22 +128,30 @@ def _variants(reference, logits: np.ndarray, ids: np.ndarray, mask: np.ndarray) 
     def value(*arrays) -> float:
         return float(reference(*arrays))
 
-    own = (
+    own = slip(
+        "next_token_loss/targets-not-shifted",
         "the targets are not shifted: position i is scored against its own character, which "
-        "it can see (score the logits at i against the id at i + 1)"
+        "it can see (score the logits at i against the id at i + 1)",
     )
     rows = [value(*(a[r : r + 1] for a in (logits, ids, mask))) for r in range(len(ids))]
     return {
         own: value(behind(logits), front(ids), front(mask)),
         own + " ": value(behind(logits[:, 1:]), front(ids[:, 1:]), front(mask[:, 1:])),
-        "padding is counted: a target whose mask is 0 is not a character (weigh each target "
-        "by the mask of its own position, mask[:, 1:])": value(logits, ids, np.ones_like(mask)),
-        "each row's mean is averaged over the rows: a long text and a short one then weigh "
-        "the same; average over all the targets that count": float(np.mean(rows)),
-        "the targets are weighed by the mask of the position that predicts them (mask[:, :-1])"
-        ": use the mask of the target itself (mask[:, 1:])": value(
-            logits, ids, front(mask[:, :-1])
-        ),
+        slip(
+            "next_token_loss/padding-counted",
+            "padding is counted: a target whose mask is 0 is not a character (weigh each target "
+            "by the mask of its own position, mask[:, 1:])",
+        ): value(logits, ids, np.ones_like(mask)),
+        slip(
+            "next_token_loss/mean-of-row-means",
+            "each row's mean is averaged over the rows: a long text and a short one then weigh "
+            "the same; average over all the targets that count",
+        ): float(np.mean(rows)),
+        slip(
+            "next_token_loss/mask-of-the-predicting-position",
+            "the targets are weighed by the mask of the position that predicts them (mask[:, :-1])"
+            ": use the mask of the target itself (mask[:, 1:])",
+        ): value(logits, ids, front(mask[:, :-1])),
     }
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from m2l_nlp.config import TransformerConfig
 from m2l_nlp.grading.checks import tools
-from m2l_nlp.grading.checks.registry import CheckFailure
+from m2l_nlp.grading.checks.registry import CheckFailure, slip
 from m2l_nlp.grading.practicals.practical3 import common
 from m2l_nlp.grading.practicals.practical3.common import FF, VOCAB, B, D, H
 
@@ -58,12 +58,13 @@ def _call_block(ctx, params, *inputs, build=None):
     return got
 
 
-_PRE_NORM = (
+_PRE_NORM = slip(
+    "translation_block/pre-layernorm",
     "Your self-attention weights are the reference's for norm_1(x): yours normalises before "
     "each sub-layer (pre-LayerNorm). This block normalises after each residual "
     "(post-LayerNorm): x = norm_1(x + dropout(self-attention(x))), then "
     "x = norm_2(x + dropout(cross-attention(x, memory))), then "
-    "x = norm_3(x + dropout(feed_forward(x)))."
+    "x = norm_3(x + dropout(feed_forward(x))).",
 )
 
 
@@ -84,18 +85,20 @@ def _pre_norm_weights(ctx, params, inputs) -> np.ndarray | None:
 def _cross_slip(weights: np.ndarray, source_mask: np.ndarray) -> str:
     """What wrong cross-attention weights show: keys from the decoder, or source padding read."""
     if weights.ndim == 4 and weights.shape[-1] == T and T != SRC:
-        return (
+        return slip(
+            "translation_block/cross-attention-keys-from-the-decoder",
             f"Your cross-attention weights have {T} keys, the target's length: its keys and "
             f"values must come from the encoder's output (memory, {SRC} positions), the "
-            "queries from the decoder."
+            "queries from the decoder.",
         )
     if (
         weights.shape[-1] == SRC
         and np.abs(weights * (source_mask[:, None, None, :] == 0)).max() > 1e-6
     ):
-        return (
+        return slip(
+            "translation_block/source-padding-read",
             "Your cross-attention gives the source's padding weight: pass source_mask to the "
-            "cross-attention (the target's mask belongs to the self-attention)."
+            "cross-attention (the target's mask belongs to the self-attention).",
         )
     return ""
 
@@ -104,11 +107,15 @@ def _self_slip(weights: np.ndarray, target_mask: np.ndarray) -> str:
     if weights.shape[-2:] != (T, T):
         return ""
     if np.abs(weights[..., np.triu(np.ones((T, T), bool), 1)]).max() > 1e-6:
-        return "Your self-attention reads later target tokens: apply the causal mask there."
+        return slip(
+            "translation_block/self-attention-reads-ahead",
+            "Your self-attention reads later target tokens: apply the causal mask there.",
+        )
     if np.abs(weights * (target_mask[:, None, None, :] == 0)).max() > 1e-6:
-        return (
+        return slip(
+            "translation_block/target-padding-read",
             "Your self-attention gives the target's padding weight: combine the causal mask "
-            "with target_mask."
+            "with target_mask.",
         )
     return ""
 
@@ -472,14 +479,21 @@ def _shift_slip(got: np.ndarray, ids: np.ndarray, first: int) -> str:
     if got.shape != ids.shape:
         return f"the shape should stay {ids.shape}: put `first` in front and drop the last column"
     if np.array_equal(got, ids):
-        return (
+        return slip(
+            "shift_right/target-not-shifted",
             "the input is the target itself: position t would read the very token it must "
-            "predict, and the model would learn to copy, not to translate"
+            "predict, and the model would learn to copy, not to translate",
         )
     if np.array_equal(got[:, :-1], ids[:, 1:]):
-        return "the ids moved left: shift them right, behind the start token"
+        return slip(
+            "shift_right/shifted-left",
+            "the ids moved left: shift them right, behind the start token",
+        )
     if np.array_equal(got[:, 1:], ids[:, 1:]):
-        return "only column 0 changed: every other column t should hold ids[:, t - 1]"
+        return slip(
+            "shift_right/only-column-0-changed",
+            "only column 0 changed: every other column t should hold ids[:, t - 1]",
+        )
     if np.array_equal(got[:, 1:], ids[:, :-1]):
         return f"column 0 should hold `first` ({first})"
     return ""
@@ -546,16 +560,26 @@ def _sequence_slips(reference, want: float, logits, targets, mask) -> dict[str, 
         float(reference(logits[r : r + 1], targets[r : r + 1], mask[r : r + 1])) for r in range(3)
     ]
     return {
-        "padding is counted: a position whose mask is 0 is no target (weigh each position "
-        "by its mask)": float(reference(logits, targets, np.ones_like(mask))),
-        "the targets are shifted a second time (logits[:, :-1] against targets[:, 1:]): "
-        "shift_right already moved the decoder's input, so the logits at t score target t": float(
-            reference(logits[:, :-1], targets[:, 1:], mask[:, 1:])
-        ),
-        "each row's mean is averaged over the rows: a long sentence and a short one then "
-        "weigh the same; average over all the real tokens": float(np.mean(rows)),
-        "the sum is divided by every position, padding included: divide by the number of "
-        "real tokens": want * mask.sum() / mask.size,
+        slip(
+            "sequence_loss/padding-counted",
+            "padding is counted: a position whose mask is 0 is no target (weigh each position "
+            "by its mask)",
+        ): float(reference(logits, targets, np.ones_like(mask))),
+        slip(
+            "sequence_loss/targets-shifted-twice",
+            "the targets are shifted a second time (logits[:, :-1] against targets[:, 1:]): "
+            "shift_right already moved the decoder's input, so the logits at t score target t",
+        ): float(reference(logits[:, :-1], targets[:, 1:], mask[:, 1:])),
+        slip(
+            "sequence_loss/mean-of-row-means",
+            "each row's mean is averaged over the rows: a long sentence and a short one then "
+            "weigh the same; average over all the real tokens",
+        ): float(np.mean(rows)),
+        slip(
+            "sequence_loss/divided-by-every-position",
+            "the sum is divided by every position, padding included: divide by the number of "
+            "real tokens",
+        ): want * mask.sum() / mask.size,
     }
 
 
@@ -640,15 +664,17 @@ def _greedy_slip(got: np.ndarray, want: np.ndarray) -> str:
     for row in got:
         ends = np.flatnonzero(row == END)
         if len(ends) and (row[ends[0] + 1 :] != 0).any():
-            return (
+            return slip(
+                "greedy_decode/goes-on-after-its-end",
                 "a sentence goes on after its end token: once a row has written end_id, write "
-                "padding (0) in it, whatever the step says"
+                "padding (0) in it, whatever the step says",
             )
     for row, right in zip(got, want, strict=True):
         if END not in row and (row == 0).any() and (right != 0).all():
-            return (
+            return slip(
+                "greedy_decode/stops-at-another-rows-end",
                 "a row stops without writing its end token (when another row ended?): each "
-                "row is done on its own, once it has written end_id"
+                "row is done on its own, once it has written end_id",
             )
     return ""
 
@@ -663,9 +689,9 @@ def check_greedy_decode_matches_the_loop(ctx):
     got = _decode_greedy(ctx, max_len, *inputs)
     if np.array_equal(got, want):
         return
-    slip = _greedy_slip(got, want)
-    if slip:
-        tools.fail(f"the decoded ids differ from greedy decoding's: {slip}")
+    named = _greedy_slip(got, want)
+    if named:
+        tools.fail(f"the decoded ids differ from greedy decoding's: {named}")
     row = int(np.flatnonzero((got != want).any(1))[0])
     tools.fail(
         f"row {row} decodes to {got[row].tolist()}, greedy decoding gives {want[row].tolist()}: "

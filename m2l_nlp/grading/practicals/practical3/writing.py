@@ -9,6 +9,7 @@ import haiku as hk
 import numpy as np
 
 from m2l_nlp.grading.checks import tools
+from m2l_nlp.grading.checks.registry import slip
 from m2l_nlp.grading.practicals.practical3 import common
 from m2l_nlp.grading.practicals.practical3.common import VOCAB, B, D, H, S
 from m2l_nlp.grading.practicals.practical3.language_model import CONFIG as LM_CONFIG
@@ -160,14 +161,16 @@ def _output_slip(ctx, params, x, keys, values, at, out) -> str:
     """Which keys a wrong output reads that it should not ('' if it reads none of them)."""
     by_cache, by_next = _reads_ahead(ctx, ctx.rng("slip"), params, x, keys, values, at, out)
     if by_cache > 1e-5:
-        return (
+        return slip(
+            "attention_cache/reads-the-empty-cache",
             f"Your output reads the cache after the new positions (from {AT + NEW} on), "
-            "which holds no text yet: a query at position at + i sees keys 0..at + i only."
+            "which holds no text yet: a query at position at + i sees keys 0..at + i only.",
         )
     if by_next > 1e-5:
-        return (
+        return slip(
+            "attention_cache/reads-the-next-new-key",
             f"Your query at position {AT} reads the new key at {AT + 1}: among the new "
-            "positions too, each sees itself and the past only."
+            "positions too, each sees itself and the past only.",
         )
     return ""
 
