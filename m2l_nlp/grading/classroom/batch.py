@@ -159,6 +159,38 @@ def _commit(root: Path) -> str | None:
     return head + ("+changes" if changes else "")
 
 
+def default_jobs() -> int:
+    """Graders side by side by default: one per 2 cores (the checks' and the student's
+    processes) and per 4 GB of memory (docs/grading.md's budget for one grading)."""
+    try:
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):  # not on this system: the cores decide
+        memory = 1 << 62
+    return max(1, min((os.cpu_count() or 1) // 2, memory // (4 << 30)))
+
+
+def jobs_allowed(jobs: int, asked: bool, local: bool, work: Path) -> int:
+    """How many graders may run side by side: more than one only in bubblewrap's sandboxes
+    (with a user per phase they would share /tmp and the users). ``asked``: the instructor
+    chose ``jobs``, which is then refused in words where it cannot be had."""
+    if jobs <= 1:
+        return 1
+    why = "--local grades without sandboxes" if local else None
+    if why is None:
+        from m2l_nlp.grading.trusted.isolation import Isolation, student_users
+
+        users = student_users()
+        why = "no user to run student code" if not users else Isolation.probe(users[0], work)
+    if why is None:
+        return jobs
+    if asked:
+        raise NotIsolated(
+            f"--jobs {jobs} needs bubblewrap's sandboxes ({why}): graders side by side "
+            "would share /tmp and the student's users; give --jobs 1"
+        )
+    return 1
+
+
 @dataclass
 class ClassRun:
     run: int
@@ -198,12 +230,15 @@ def grade_class(
     regrade: bool = False,
     local: bool = False,
     say: Callable[[str], None] = print,
+    jobs: int | None = None,
 ) -> ClassRun:
     """Grade the export's submissions into ``book`` (``work``: a folder of this run's
-    copies, results and log); returns the run."""
+    copies, results and logs), ``jobs`` graders side by side (None: :func:`default_jobs`,
+    where the sandboxes allow it); returns the run."""
     check_isolation(local)
     work.mkdir(mode=0o700, parents=True, exist_ok=True)
     os.chmod(work, 0o700)  # the grader grades only from folders no student can open
+    jobs = jobs_allowed(default_jobs() if jobs is None else jobs, jobs is not None, local, work)
     folder = class_folder(export, work)
     submissions = submissions_in(folder)
     job = plan(book, submissions, regrade)
@@ -235,7 +270,7 @@ def grade_class(
             shutil.rmtree(copy)
         shutil.copytree(source, copy, symlinks=True)  # a link is copied as a link, never followed
         pairs.append((submission, copy, written))
-    _run_grader(job, pairs, here, book, local, say)
+    _run_grader(job, pairs, here, book, local, say, jobs)
     book.finish_run(job.run)
     return job
 
@@ -247,16 +282,19 @@ def _run_grader(
     book: Gradebook,
     local: bool,
     say: Callable[[str], None],
+    jobs: int = 1,
 ) -> None:
-    """Grade the pairs whose results are not yet written, in one grader; record each results
-    file as it appears, with a line of progress."""
+    """Grade the pairs whose results are not yet written, in ``jobs`` graders side by side
+    (each its share of the pairs, in turn; the same seed); record each results file as it
+    appears, with a line of progress."""
     waiting = [(copy, written) for _, copy, written in pairs if not written.is_file()]
-    command = [sys.executable, "-m", "m2l_nlp.grading.trusted", "--seed", str(job.seed)]
-    command += [str(p) for pair in waiting for p in pair]
+    shares = [waiting[i::jobs] for i in range(jobs) if waiting[i::jobs]]
     env = {**os.environ, "M2L_GRADER_USER": "root"} if local and os.geteuid() == 0 else None
     start, total = time.monotonic(), len(pairs)
     pending = {s.id: (s, written) for s, _, written in pairs}
-    log = here / "grader.log"
+    logs = [here / ("grader.log" if i == 0 else f"grader-{i + 1}.log") for i in range(len(shares))]
+    if len(shares) > 1:
+        say(f"{len(shares)} graders side by side (their logs: {here}/grader*.log)")
 
     def sweep() -> None:
         for sid, (submission, written) in list(pending.items()):
@@ -268,30 +306,42 @@ def _run_grader(
                 left = (time.monotonic() - start) / done * len(pending)
                 say(f"graded {done}/{total}: {sid}, about {left / 60:.0f} min left")
 
-    with open(log, "ab") as out:
-        grader = None
-        if waiting:
-            grader = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
-        try:
-            while pending:
-                ended = grader is None or grader.poll() is not None
-                sweep()
-                if ended:
-                    break
-                time.sleep(0.5)
-        except BaseException:
-            if grader is not None:
-                grader.terminate()
-                grader.wait()
-            raise
-    if pending and grader is not None and grader.returncode and len(pending) == len(waiting):
+    graders: list[subprocess.Popen] = []
+    try:
+        for share, log in zip(shares, logs, strict=True):
+            command = grader_command(job.seed, share)
+            with open(log, "ab") as out:  # the grader keeps its own copy of the file
+                graders.append(
+                    subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env)
+                )
+        while pending:
+            ended = all(grader.poll() is not None for grader in graders)
+            sweep()
+            if ended:
+                break
+            time.sleep(0.5)
+    except BaseException:
+        for grader in graders:
+            grader.terminate()
+        for grader in graders:
+            grader.wait()
+        raise
+    failed = [log for grader, log in zip(graders, logs, strict=True) if grader.returncode]
+    if pending and len(pending) == len(waiting) and len(failed) == len(graders) > 0:
         # nothing graded: the grader could not start (a Python the student's user cannot
         # run, say); the run stays open, to resume once that is mended
-        said = log.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+        said = failed[0].read_text(encoding="utf-8", errors="replace").strip().splitlines()
         last = said[-1].removeprefix("error: ") if said else "no output"
-        raise GraderFailed(f"the grader stopped: {last} ({log})")
+        raise GraderFailed(f"the grader stopped: {last} ({failed[0]})")
     for submission, _ in pending.values():  # the grader ended without them
-        book.record(job.run, submission, None, f"the grader wrote no results (its log: {log})")
+        why = f"the grader wrote no results (its log: {', '.join(map(str, logs)) or '-'})"
+        book.record(job.run, submission, None, why)
+
+
+def grader_command(seed: int, pairs: list[tuple[Path, Path]]) -> list[str]:
+    """The trusted grader's command line for ``(submission, results file)`` pairs."""
+    command = [sys.executable, "-m", "m2l_nlp.grading.trusted", "--seed", str(seed)]
+    return command + [str(p) for pair in pairs for p in pair]
 
 
 def _plain_name(name: str) -> bool:

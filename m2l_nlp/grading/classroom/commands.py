@@ -46,6 +46,12 @@ def _parser() -> argparse.ArgumentParser:
     grade.add_argument(
         "--local", action="store_true", help="grade without isolation (student code runs as you)"
     )
+    grade.add_argument(
+        "--jobs",
+        type=_positive,
+        help="graders side by side (default: one per 2 cores and 4 GB of memory, in "
+        "bubblewrap's sandboxes only)",
+    )
     grade.set_defaults(run=cmd_grade)
     imports = sub.add_parser(
         "import",
@@ -87,6 +93,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} graders: give 1 or more")
+    return value
+
+
 def cmd_grade(args: argparse.Namespace) -> int:
     if args.dry_run and not args.regrade:
         raise GradebookError("--dry-run goes with --regrade: it shows what a regrade changes")
@@ -95,7 +108,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     try:
         before = book.scores()
         work = path.with_name(path.name + ".work")
-        job = grade_class(args.export, book, work, args.regrade, args.local)
+        job = grade_class(args.export, book, work, args.regrade, args.local, jobs=args.jobs)
         if args.regrade:
             changes = score_changes(before, book.scores(job.run))
             for line in _change_lines(changes):

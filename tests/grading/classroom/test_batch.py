@@ -155,6 +155,63 @@ def test_an_id_that_is_not_a_folders_name_is_a_row_never_a_path(tmp_path, monkey
     book.close()
 
 
+def test_graders_side_by_side_share_the_class_and_each_result_is_recorded_once(
+    tmp_path, monkeypatch
+):
+    """--jobs 3 over 7 submissions: three graders (here stand-ins that write results), each
+    its share, the same seed; every submission recorded once."""
+    stand_in = tmp_path / "grader.py"
+    stand_in.write_text(
+        "import json, os, sys\n"
+        "seed, pairs = sys.argv[1], sys.argv[2:]\n"
+        "for results in pairs[1::2]:\n"
+        "    test = {'name': 'multi_hot', 'score': 1.0, 'max_score': 1.0, 'tags': ['p', 'm']}\n"
+        "    json.dump({'score': 1.0, 'tests': [test], 'extra_data': {'pid': os.getpid(),\n"
+        "               'seed': seed}}, open(results, 'w'))\n"
+    )
+    monkeypatch.setattr(
+        batch,
+        "grader_command",
+        lambda seed, pairs: (
+            [sys.executable, str(stand_in), str(seed)] + [str(p) for pair in pairs for p in pair]
+        ),
+    )
+    monkeypatch.setattr(batch, "jobs_allowed", lambda jobs, asked, local, work: jobs)
+    students = tmp_path / "class"
+    for i in range(7):
+        (students / f"s{i}").mkdir(parents=True)
+    book = Gradebook(tmp_path / "b.sqlite")
+    said = []
+    job = batch.grade_class(students, book, tmp_path / "work", local=True, say=said.append, jobs=3)
+    results = tmp_path / "work" / f"run-{job.run}" / "results"
+    written = [json.loads(p.read_text())["extra_data"] for p in sorted(results.iterdir())]
+    assert len(written) == 7 and {w["seed"] for w in written} == {str(job.seed)}
+    assert len({w["pid"] for w in written}) == 3  # three graders, each its share
+    assert sorted(book.scores()) == [f"s{i}" for i in range(7)]
+    assert "3 graders side by side" in "\n".join(said)
+    logs = sorted(p.name for p in (tmp_path / "work" / f"run-{job.run}").glob("grader*.log"))
+    assert logs == ["grader-2.log", "grader-3.log", "grader.log"]
+    book.close()
+
+
+def test_graders_side_by_side_need_the_sandboxes(tmp_path, monkeypatch):
+    """With --local or without bubblewrap, one grader: asked for more, refused in words."""
+    from m2l_nlp.grading.trusted import isolation
+
+    assert batch.jobs_allowed(4, asked=False, local=True, work=tmp_path) == 1
+    with pytest.raises(batch.NotIsolated, match="--jobs 4 needs bubblewrap's sandboxes"):
+        batch.jobs_allowed(4, asked=True, local=True, work=tmp_path)
+    monkeypatch.setattr(isolation, "student_users", lambda: [(65534, 65534)])
+    monkeypatch.setattr(isolation.Isolation, "probe", staticmethod(lambda *a: "bwrap refused"))
+    assert batch.jobs_allowed(2, asked=False, local=False, work=tmp_path) == 1
+    with pytest.raises(batch.NotIsolated, match=r"\(bwrap refused\).*--jobs 1"):
+        batch.jobs_allowed(2, asked=True, local=False, work=tmp_path)
+    monkeypatch.setattr(isolation.Isolation, "probe", staticmethod(lambda *a: None))
+    assert batch.jobs_allowed(2, asked=True, local=False, work=tmp_path) == 2
+    assert batch.jobs_allowed(1, asked=True, local=True, work=tmp_path) == 1
+    assert batch.default_jobs() >= 1
+
+
 def test_grading_as_another_user_is_refused_without_local(monkeypatch):
     monkeypatch.setattr(os, "geteuid", lambda: 1000)
     with pytest.raises(batch.NotIsolated, match="would not be isolated.*--local"):
@@ -221,7 +278,7 @@ def test_a_regrade_lists_who_gains_and_who_loses_and_a_dry_run_keeps_nothing(
     points = {"ada": 10.0, "alan": 0.0, "edsger": 0.0}
     seeds = []
 
-    def grader(job, pairs, here, book, local, say):
+    def grader(job, pairs, here, book, local, say, jobs=1):
         seeds.append(job.seed)
         for submission, _, written in pairs:
             score = points[submission.id]
