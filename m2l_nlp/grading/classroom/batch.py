@@ -296,14 +296,20 @@ def _run_grader(
     if len(shares) > 1:
         say(f"{len(shares)} graders side by side (their logs: {here}/grader*.log)")
 
+    first: list[float] = []  # when the first result came: the references' passes came before it
+
     def sweep() -> None:
         for sid, (submission, written) in list(pending.items()):
             if written.is_file():
                 data = _results(written)
                 book.record(job.run, submission, data, "its results file cannot be read")
                 del pending[sid]
-                done = total - len(pending)
-                left = (time.monotonic() - start) / done * len(pending)
+                now, done = time.monotonic(), total - len(pending)
+                first[:] = first or [now]
+                # the pace of the submissions after the first (whose wait held the reference's
+                # passes, paid once), where there are any
+                since, each = (first[0], done - 1) if done > 1 else (start, done)
+                left = (now - since) / max(each, 1) * len(pending)
                 say(f"graded {done}/{total}: {sid}, about {left / 60:.0f} min left")
 
     graders: list[subprocess.Popen] = []
