@@ -535,8 +535,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["grade"]:  # everything after "grade" belongs to the grader and pytest
         return cmd_grade(argv[1:])
     if argv[:1] == ["class"]:  # the instructor's commands: their own parser
-        from m2l_nlp.grading.classroom.commands import main as class_main
-
+        try:
+            from m2l_nlp.grading.classroom.commands import main as class_main
+        except ModuleNotFoundError as missing:  # a student's handout leaves them out
+            if "classroom" not in str(missing):
+                raise
+            print(
+                "error: the class commands are the instructor's: run them from the course's "
+                "repository, not a handout",
+                file=sys.stderr,
+            )
+            return 2
         return class_main(argv[1:])
     args = _parser().parse_args(argv)
     args.argv = argv  # for the command that resumes an interrupted run

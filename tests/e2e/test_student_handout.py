@@ -462,6 +462,10 @@ def test_the_handout_names_only_what_it_holds(built, tmp_path):
     grade = ("-m", "pytest", "-p", "no:cacheprovider", "-m", "multi_hot")
     run = _run(out, *grade, M2L_IMPL="solutions")
     assert run.returncode == pytest.ExitCode.USAGE_ERROR and "has no solutions/" in run.stderr
+    run = _run(out, *CLI, "class", "grade", "export.zip")  # the instructor's, left out
+    said["class grade"] = run.stderr
+    assert run.returncode == 2 and "the class commands are the instructor's" in run.stderr
+    assert not (out / "m2l_nlp" / "grading" / "classroom").exists()
     (out / "exercises" / "practical1_baselines.py").unlink()  # a student's file gone
     run = _run(out, "-m", "pytest", "-p", "no:cacheprovider", "-m", "multi_hot")
     said["pytest, a file gone"] = run.stdout

@@ -45,7 +45,15 @@ from m2l_nlp.impl import repo_root
 GRADESCOPE = Path(__file__).with_name("gradescope")
 HANDOUT_MARK = ".m2l-handout"  # a folder with this file was written by `make handout`
 AUTOGRADER_PARTS = ("pyproject.toml", "README.md", "grading.toml", "m2l_nlp/", "solutions/")
-HANDOUT_LEFT_OUT = ("solutions/", ".ci/", "benchmarks/", "tests/", "docs/")
+# the instructor's class tools (m2l_nlp/grading/classroom/) are not a student's either
+HANDOUT_LEFT_OUT = (
+    "solutions/",
+    ".ci/",
+    "benchmarks/",
+    "tests/",
+    "docs/",
+    "m2l_nlp/grading/classroom/",
+)
 HANDOUT_KEPT_TESTS = ("tests/conftest.py", "tests/graded/")
 
 

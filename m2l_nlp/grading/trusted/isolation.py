@@ -30,6 +30,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import functools
+import json
 import os
 import pwd
 import shutil
@@ -97,29 +98,46 @@ class Place:
         return (st.f_blocks - st.f_bfree) * st.f_frsize
 
 
-REPLACED = ("/tmp", "/dev/shm")  # the folders a sandbox has of its own
+# The machine's own folders a sandbox sees, read-only: programs, libraries, configuration and
+# the kernel's views. Nothing else of the machine is there (no /home, /root, /srv, /opt, /var,
+# /mnt, nor wherever a course's checkout lies, with its solutions in its git history).
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/sys")
 
 
-def kept_through(cwd: Path) -> list[str]:
-    """What a worker needs that lives under a folder the sandbox replaces (an autograder
-    unpacked in /tmp, say): its working folder, this Python and its packages, the course;
-    bound back read-only where they are (the outermost of nested ones)."""
-    import m2l_nlp
+_PATHS_OF_PYTHON = """
+import importlib.util, json, os, sys
+spec = importlib.util.find_spec("m2l_nlp")
+package = os.path.dirname(spec.origin) if spec is not None and spec.origin else ""
+here = os.path.dirname(os.path.abspath(sys.executable))
+print(json.dumps([package, sys.prefix, sys.exec_prefix, sys.base_prefix, here, *sys.path]))
+"""
 
-    wanted = [
-        str(cwd),
-        sys.prefix,
-        sys.exec_prefix,
-        sys.base_prefix,
-        os.path.dirname(os.path.abspath(sys.executable)),
-        os.path.dirname(os.path.dirname(os.path.abspath(m2l_nlp.__file__))),
-        *sys.path,
-    ]
+
+@functools.cache
+def paths_of(python: str) -> tuple[str, ...]:
+    """The course's library (``m2l_nlp/``, first; '' where it has none), the prefixes and
+    ``sys.path`` of ``python`` as a worker starts it (``-I``): what its sandbox must hold."""
+    try:
+        done = subprocess.run(
+            [python, "-I", "-c", _PATHS_OF_PYTHON], capture_output=True, text=True, timeout=120
+        )
+        return tuple(json.loads(done.stdout))
+    except (OSError, subprocess.SubprocessError, ValueError):  # then the probe fails, said
+        return ("",)
+
+
+def allowed(cwd: Path, python: str) -> list[str]:
+    """The folders a worker needs besides :data:`SYSTEM`, bound read-only where they are (the
+    outermost of nested ones): its working folder, its Python and packages, and the course's
+    library, ``m2l_nlp/`` alone (never the course's folder nor a folder above it: a checkout
+    holds the solutions in its history)."""
+    package, *environment = paths_of(python)
     found = set()
-    for path in wanted:
-        for form in {os.path.abspath(path), os.path.realpath(path)} if path else ():
-            inside = any(form.startswith(f"{top}/") for top in REPLACED)
-            if inside and os.path.isdir(form):
+    for path in [str(cwd), *(path for path in (package, *environment) if path)]:
+        for form in {os.path.abspath(path), os.path.realpath(path)}:
+            above = form == "/" or (package and package.startswith(f"{form}/"))
+            system = any(form == top or form.startswith(f"{top}/") for top in SYSTEM)
+            if not above and not system and os.path.isdir(form):
                 found.add(form)
     kept: list[str] = []
     for path in sorted(found, key=len):
@@ -142,23 +160,30 @@ def newer_options() -> tuple[str, ...]:
 
 
 def sandbox_command(mount: Path, cwd: Path, command: Sequence[str]) -> list[str]:
-    """``command`` under bubblewrap: every namespace new, the file system read-only, the
-    tmpfs ``mount``'s folders as ``/tmp`` and ``/dev/shm``, what the worker needs there
-    (:func:`kept_through`) bound back read-only where it was."""
-    again = [arg for path in kept_through(cwd) for arg in ("--ro-bind", path, path)]
+    """``command`` under bubblewrap: every namespace new; of the machine's files only
+    :data:`SYSTEM` and what the worker needs (:func:`allowed`), read-only; the tmpfs
+    ``mount``'s folders as ``/tmp`` and ``/dev/shm``."""
+    system = []
+    for top in SYSTEM:
+        if os.path.islink(top):  # /bin -> usr/bin where /usr is merged
+            system += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            system += ["--ro-bind", top, top]
+    needed = [arg for path in allowed(cwd, command[0]) for arg in ("--ro-bind", path, path)]
     return [
         BWRAP,
         "--unshare-all",  # user, PID, IPC, mount, network, UTS, cgroup
         *newer_options(),
         "--die-with-parent",
         "--new-session",
-        "--ro-bind", "/", "/",
+        *system,
         "--proc", "/proc",
         "--dev", "/dev",
         "--bind", str(mount / "tmp"), "/tmp",
         "--bind", str(mount / "shm"), "/dev/shm",
         "--remount-ro", "/dev",
-        *again,
+        *needed,  # after /tmp: an autograder unpacked there is bound back over its tmpfs
+        "--remount-ro", "/",
         "--chdir", str(cwd),
         "--",
         *command,

@@ -89,6 +89,77 @@ def test_a_sandbox_bounds_inodes_and_its_kernel_objects_end_with_it():
         shutil.rmtree(tmp_path)
 
 
+SANDBOX_READER = """
+import os, sys
+seen = []
+for path in sys.argv[1:]:
+    try:
+        with open(path) as handle:
+            seen.append(handle.read(40).strip())
+    except OSError as err:
+        seen.append(type(err).__name__)
+try:
+    open("/planted-5d2c", "w")
+    seen.append("wrote /")
+except OSError as err:
+    seen.append(type(err).__name__)
+print("|".join(seen))
+"""
+
+
+def test_a_sandbox_sees_the_system_and_its_python_not_the_machines_other_files():
+    """A world-readable file outside the system's folders (a course's checkout, with its
+    solutions in git, say), and the course's own folder beside its library: not there.
+    The system's files are, and nothing can be written outside /tmp and /dev/shm."""
+    from m2l_nlp.grading.trusted import isolation
+
+    if os.geteuid() != 0:
+        pytest.skip("the grader makes sandboxes only as root")
+    users = isolation.pool()
+    tmp_path = Path(tempfile.mkdtemp(prefix="m2l-sandbox-test-", dir="/tmp"))
+    tmp_path.chmod(0o755)
+    planted = Path(tempfile.mkdtemp(prefix="m2l-planted-", dir="/opt"))
+    python = "/usr/bin/python3"
+    why_not = isolation.Isolation.probe(users[0], tmp_path, python)
+    if why_not is not None:
+        shutil.rmtree(tmp_path)
+        shutil.rmtree(planted)
+        pytest.skip(f"no sandbox on this machine: {why_not}")
+    try:
+        planted.chmod(0o755)
+        (planted / "solutions.py").write_text("ANSWER = 42\n")
+        (planted / "solutions.py").chmod(0o644)
+        course = Path(isolation.__file__).resolve().parents[3]  # the course's folder
+        places = isolation.Isolation(users, tmp_path, [].append, sandbox=True)
+        place = places.open(time.time())
+        try:
+            paths = [
+                str(planted / "solutions.py"),
+                str(course / "pyproject.toml"),
+                "/etc/os-release",
+            ]
+            done = subprocess.run(
+                place.command([python, "-I", "-c", SANDBOX_READER, *paths], tmp_path),
+                user=place.user[0],
+                group=place.user[1],
+                extra_groups=[],
+                cwd=tmp_path,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+        finally:
+            places.close(place)
+        assert done.returncode == 0, done.stderr
+        planted_file, course_file, system_file, root = done.stdout.strip().split("|")
+        assert planted_file == course_file == "FileNotFoundError", done.stdout
+        assert system_file.startswith(("PRETTY_NAME", "NAME")) and root == "OSError", done.stdout
+        assert (planted / "solutions.py").read_text() == "ANSWER = 42\n"
+    finally:
+        shutil.rmtree(tmp_path)
+        shutil.rmtree(planted)
+
+
 def test_a_pool_user_whose_leftovers_stay_is_retired_and_an_empty_pool_says_so(
     tmp_path, monkeypatch
 ):
