@@ -132,10 +132,14 @@ def allowed(cwd: Path, python: str) -> list[str]:
     library, ``m2l_nlp/`` alone (never the course's folder nor a folder above it: a checkout
     holds the solutions in its history)."""
     package, *environment = paths_of(python)
+    # the course's folder: where the library is not installed into an environment's packages
+    course = os.path.dirname(package) if package else ""
+    if os.path.basename(course) in ("site-packages", "dist-packages"):
+        course = ""
     found = set()
     for path in [str(cwd), *(path for path in (package, *environment) if path)]:
         for form in {os.path.abspath(path), os.path.realpath(path)}:
-            above = form == "/" or (package and package.startswith(f"{form}/"))
+            above = form == "/" or (course and f"{course}/".startswith(f"{form}/"))
             system = any(form == top or form.startswith(f"{top}/") for top in SYSTEM)
             if not above and not system and os.path.isdir(form):
                 found.add(form)
