@@ -90,8 +90,9 @@ if "google.colab" in sys.modules:
     # satisfies the course); what Colab lacks comes at the tested versions.
     pins = [f"{package}=={_installed(package)}" for package in _kept() if _installed(package)]
     pins += TESTED.split()
-    constraints = os.path.join(tempfile.gettempdir(), "m2l-nlp-constraints.txt")
-    with open(constraints, "w") as handle:
+    # a file of this run's own: a fixed name in the shared /tmp could be another's
+    fd, constraints = tempfile.mkstemp(prefix="m2l-nlp-constraints-", suffix=".txt")
+    with os.fdopen(fd, "w") as handle:
         handle.write("\n".join(pins) + "\n")
     _run(
         [sys.executable, "-m", "pip", "install", "--quiet", "-c", constraints, "-e", clone_dir],

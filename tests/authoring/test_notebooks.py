@@ -253,6 +253,9 @@ def test_setup_cell_in_colab_clones_once_and_pins_jax(tmp_path: Path):
     pip = pips[0]
     assert pip[-2:] == ["-e", clone_dir]
     assert "--upgrade" not in pip and "-U" not in pip
+    # each run's constraints in a file of its own (a shared name was rewritten by another
+    # runtime's cell between this one's writing and this test's reading)
+    assert len({c[c.index("-c") + 1] for c in pips}) == 2
     constraints = Path(pip[pip.index("-c") + 1]).read_text().split()
     for package in ("jax", "jaxlib", "numpy"):
         assert f"{package}=={version(package)}" in constraints
