@@ -94,10 +94,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} graders: give 1 or more")
-    return value
+    """A number of graders: a whole number, 1 or more."""
+    if not text.strip().isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} graders: give a whole number, 1 or more")
+    return int(text)
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
