@@ -336,6 +336,7 @@ ALLOWED = {
     ("m2l_nlp/grading/local/pytest_plugin.py", "exercises|solutions"): "the header's choice, "
     "printed only where the copy holds solutions/ (triggered below)",
     ("m2l_nlp/grading/trusted/bundle.py", "solutions/"): BUILDER,
+    ("m2l_nlp/grading/trusted/bundle.py", "m2l_nlp/grading/classroom/"): BUILDER,
     ("m2l_nlp/grading/trusted/bundle.py", "solutions/hidden/"): BUILDER,
     ("m2l_nlp/grading/trusted/bundle.py", ".ci/"): BUILDER,
     ("m2l_nlp/grading/trusted/bundle.py", "benchmarks/"): BUILDER,
