@@ -42,6 +42,20 @@ print(libc.unshare(0x10000000) == 0)
 """
 
 
+def _in_sandbox(place, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """``args`` run in ``place``'s sandbox as its user, as the grader starts a worker."""
+    return subprocess.run(
+        place.command(args, cwd),
+        user=place.user[0],
+        group=place.user[1],
+        extra_groups=[],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
 def test_a_sandbox_bounds_inodes_and_its_kernel_objects_end_with_it():
     """Where bubblewrap starts (root, the kernel's user namespaces), a phase's files are
     bounded in number, and nothing it made (files, keys, queues, System V segments) is
@@ -64,16 +78,7 @@ def test_a_sandbox_bounds_inodes_and_its_kernel_objects_end_with_it():
     def run(code: str) -> list[str]:
         place = places.open(time.time())
         try:
-            done = subprocess.run(
-                place.command([python, "-I", "-c", code], tmp_path),
-                user=place.user[0],
-                group=place.user[1],
-                extra_groups=[],
-                cwd=tmp_path,
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
+            done = _in_sandbox(place, [python, "-I", "-c", code], tmp_path)
             assert done.returncode == 0, done.stderr
             return done.stdout.split()
         finally:
@@ -138,16 +143,7 @@ def test_a_sandbox_sees_the_system_and_its_python_not_the_machines_other_files()
                 str(course / "pyproject.toml"),
                 "/etc/os-release",
             ]
-            done = subprocess.run(
-                place.command([python, "-I", "-c", SANDBOX_READER, *paths], tmp_path),
-                user=place.user[0],
-                group=place.user[1],
-                extra_groups=[],
-                cwd=tmp_path,
-                capture_output=True,
-                text=True,
-                timeout=120,
-            )
+            done = _in_sandbox(place, [python, "-I", "-c", SANDBOX_READER, *paths], tmp_path)
         finally:
             places.close(place)
         assert done.returncode == 0, done.stderr
