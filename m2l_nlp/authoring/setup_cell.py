@@ -94,11 +94,14 @@ if "google.colab" in sys.modules:
     fd, constraints = tempfile.mkstemp(prefix="m2l-nlp-constraints-", suffix=".txt")
     with os.fdopen(fd, "w") as handle:
         handle.write("\n".join(pins) + "\n")
-    _run(
-        [sys.executable, "-m", "pip", "install", "--quiet", "-c", constraints, "-e", clone_dir],
-        "installing the course package",
-        "run this cell again; if it fails twice, Runtime > Disconnect and delete runtime",
-    )
+    try:
+        _run(
+            [sys.executable, "-m", "pip", "install", "--quiet", "-c", constraints, "-e", clone_dir],
+            "installing the course package",
+            "run this cell again; if it fails twice, Runtime > Disconnect and delete runtime",
+        )
+    finally:
+        os.remove(constraints)
     # Make the fresh install importable without restarting the runtime.
     if clone_dir not in sys.path:
         sys.path.insert(0, clone_dir)

@@ -166,8 +166,14 @@ if mode == "colab":
         "google.colab.output"
     )
 
+constraints = {}  # each pip call's constraints file: its name and what it held then
+
 def fake_run(cmd, check=False, **kwargs):
     calls.append(list(cmd))
+    if "-c" in cmd:
+        name = cmd[cmd.index("-c") + 1]
+        with open(name) as f:
+            constraints[name] = f.read().split()
     if failing and failing in cmd:
         return subprocess.CompletedProcess(cmd, 1, "", "noise\\nfatal: the last line")
     if cmd[:2] == ["git", "clone"]:
@@ -186,6 +192,8 @@ except Exception as error:
     shown = error._render_traceback_()  # what IPython shows instead of a traceback
 print(json.dumps({
     "calls": calls,
+    "constraints": constraints,
+    "left": [name for name in constraints if os.path.exists(name)],
     "shown": shown,
     "prealloc": os.environ.get("XLA_PYTHON_CLIENT_PREALLOCATE"),
     "compile_cache": os.environ.get("JAX_COMPILATION_CACHE_DIR"),
@@ -256,7 +264,8 @@ def test_setup_cell_in_colab_clones_once_and_pins_jax(tmp_path: Path):
     # each run's constraints in a file of its own (a shared name was rewritten by another
     # runtime's cell between this one's writing and this test's reading)
     assert len({c[c.index("-c") + 1] for c in pips}) == 2
-    constraints = Path(pip[pip.index("-c") + 1]).read_text().split()
+    assert state["left"] == []  # and removes it once pip has read it
+    constraints = state["constraints"][pip[pip.index("-c") + 1]]
     for package in ("jax", "jaxlib", "numpy"):
         assert f"{package}=={version(package)}" in constraints
     for pin in make_notebooks.colab_tested().split():  # what Colab lacks, as tested
@@ -275,7 +284,7 @@ def test_setup_cell_keeps_every_cuda_plugin_the_runtime_has(tmp_path: Path):
     state, _ = run_setup(tmp_path, "colab", installed=colab)
     pip = next(c for c in state["calls"] if c[1:4] == ["-m", "pip", "install"])
     assert not {"--upgrade", "-U", "--force-reinstall", "uninstall"} & set(pip)
-    constraints = Path(pip[pip.index("-c") + 1]).read_text().split()
+    constraints = state["constraints"][pip[pip.index("-c") + 1]]
     for pin in (
         "jax-cuda13-plugin==0.7.2",
         "jax-cuda13-pjrt==0.7.2",
