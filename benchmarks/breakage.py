@@ -32,8 +32,12 @@ BROKEN = "raise RuntimeError('broken on purpose by benchmarks/breakage.py')"
 # (its mutants must fail them, its reference pass them), and so are the stacks' checks shared
 # by practicals 2 and 3; the graders' command line (a second tests/test_cli.py would clash with
 # the course's) by the plugin's runs; the translation pairs (tests/data/test_translation.py
-# would clash with the translation runs' file) beside the runs, which share their small split.
+# would clash with the translation runs' file) beside the runs, which share their small split;
+# the Colab setup cell's source by the notebooks' tests, which run it; an epoch's records by the
+# loop's tests.
 ELSEWHERE = {
+    "m2l_nlp/authoring/setup_cell.py": "tests/authoring/test_notebooks.py",  # the cell's source
+    "m2l_nlp/train/progress.py": "tests/train/test_loop.py",  # the loop's records of an epoch
     "m2l_nlp/data/translation.py": "tests/runs/test_translation.py",
     "m2l_nlp/grading/local/cli.py": "tests/grading/local/test_pytest_plugin.py",
     "m2l_nlp/grading/practicals/stacks.py": "tests/grading/practicals/test_mutants.py",
