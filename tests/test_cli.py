@@ -54,8 +54,11 @@ def test_unusable_data_is_an_error_message_not_a_traceback(tmp_path, capsys, mon
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.tar.gz"]  # no runs/, no lock
 
 
-def test_predict_without_checkpoint_says_what_to_do(tmp_path, capsys):
-    assert cli.main(["predict", "great film", "--checkpoint", str(tmp_path / "none")]) == 2
+@pytest.mark.parametrize(
+    "command", [["predict", "great film"], ["generate", "The film"], ["translate", "I love you."]]
+)
+def test_reading_a_missing_checkpoint_says_what_to_do(command, tmp_path, capsys):
+    assert cli.main([*command, "--checkpoint", str(tmp_path / "none")]) == 2
     assert "m2l-nlp train" in capsys.readouterr().err
 
 

@@ -85,3 +85,31 @@ def test_a_setting_reaches_the_optimizer():
     optimizer = make_optimizer(settings, total_steps=100)
     updates, _ = optimizer.update({"w": jnp.ones(3)}, optimizer.init(params), params)
     assert float(updates["w"][0]) == pytest.approx(-0.5, rel=1e-3)  # Adam's first step: -lr
+
+
+@pytest.mark.parametrize(
+    "model_config",
+    [ClassifierConfig(d_model=16, num_heads=2), BaselineConfig(model="lstm", hidden_sizes=(8,))],
+)
+def test_a_model_config_survives_its_trip_through_a_checkpoints_json(model_config):
+    import json
+
+    saved = json.loads(json.dumps(model_config.to_dict()))
+    assert type(model_config).from_dict(saved) == model_config
+
+
+def test_a_classifier_config_refuses_settings_it_does_not_know():
+    with pytest.raises(ValueError, match="unknown model settings \\['d_modle'\\]"):
+        ClassifierConfig.from_dict({"d_modle": 16})
+
+
+def test_the_validation_split_is_at_most_a_fifth_of_the_training_split():
+    preset = PRESETS["default"]
+    assert preset.val_size_for(1_000) == 200
+    assert preset.val_size_for(10 * preset.val_size) == preset.val_size
+
+
+def test_the_reverse_task_trains_with_its_own_sizes_and_no_decay():
+    settings = config.ReverseConfig(batch_size=64, steps=100, learning_rate=1e-3).settings()
+    assert (settings.batch_size, settings.learning_rate, settings.weight_decay) == (64, 1e-3, 0.0)
+    assert settings.warmup_fraction == 21 / 100  # a fifth of the steps and one, at most 50

@@ -186,6 +186,15 @@ def test_mesh_is_one_auto_data_axis_over_local_devices():
     assert devices.describe_devices().startswith(devices.accelerator())
 
 
+def test_data_is_copied_whole_to_each_device_and_batches_split_on_their_first_axis():
+    mesh = devices.make_mesh()
+    tree = {"ids": jnp.arange(8).reshape(4, 2)}
+    placed = devices.put_replicated(tree, mesh)
+    assert placed["ids"].sharding == devices.replicated(mesh)
+    assert placed["ids"].sharding.is_fully_replicated
+    assert devices.batch_sharded(mesh).spec == jax.sharding.PartitionSpec(devices.DATA_AXIS)
+
+
 def test_batch_size_must_split_over_devices():
     mesh = devices.make_mesh(jax.local_devices()[:1])
     devices.check_batch_size(7, mesh)

@@ -109,3 +109,21 @@ def test_step_groups_cover_every_batch_once_and_pad_the_last_group():
     assert groups.js.tolist() == [[0, 2, 3], [1, 4, 4], [5, 6, 6]]
     assert groups.valid.tolist() == [[True] * 3, [True, True, False], [True, True, False]]
     assert batching.step_groups(widths, 1).js.tolist() == [[j] for j in range(7)]
+
+
+def test_micro_batches_take_every_micro_th_row_and_merge_back_in_order():
+    x = jnp.arange(12).reshape(6, 2)
+    pieces = batching.split_rows(x, 3)
+    assert pieces.shape == (3, 2, 2)
+    np.testing.assert_array_equal(pieces[1], x[1::3])  # rows 1 and 4: piece k holds i*3 + k
+    np.testing.assert_array_equal(batching.merge_rows(pieces), x)
+
+
+def test_micro_batch_cells_default_to_a_split_on_the_cpu_only(monkeypatch):
+    monkeypatch.setattr(batching.devices, "accelerator", lambda: "cpu")
+    assert batching.resolve_micro_batch_cells(None) == batching.CPU_MICRO_BATCH_CELLS
+    assert (
+        batching.resolve_micro_batch_cells(0) is None and batching.resolve_micro_batch_cells(7) == 7
+    )
+    monkeypatch.setattr(batching.devices, "accelerator", lambda: "gpu")
+    assert batching.resolve_micro_batch_cells(None) is None

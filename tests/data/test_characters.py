@@ -34,6 +34,8 @@ def test_windows_label_each_position_with_the_next_character():
     assert win.labels[2].tolist()[0] == vocab.encode("b")[0]
     assert win.weights[2].tolist() == [1, 0, 0, 0]
     assert win.targets == 4 + 2 + 1  # every character but the first of each review
+    ids, mask, labels, weights = win.split()  # in the order the loop's batches hold them
+    assert ids is win.ids and mask is win.mask and labels is win.labels and weights is win.weights
 
 
 def test_the_bigram_baseline_beats_the_unigram_on_text_with_structure():

@@ -156,6 +156,16 @@ def test_bundled_dataset_matches_its_generator():
     assert module.main(["--check", "--out", str(data.SMALL_DATA)]) == 0
 
 
+def test_a_preset_prepares_the_data_at_its_own_sizes(tmp_path):
+    from m2l_nlp.config import PRESETS
+
+    demo = PRESETS["demo"]
+    out = data.prepare_for(demo, "small", cache_dir=tmp_path / "c", progress=False)
+    assert out.train_ids.shape == (1000, demo.seq_len)
+    assert out.tokenizer.get_vocab_size() <= demo.vocab_size + (demo.bigram_tokens or 0)
+    assert data.compilation_cache_dir() == tmp_path / "cache" / "jax"  # beside the data
+
+
 def test_prepare_imdb_with_bigram_tokens(tmp_path):
     cache = tmp_path / "prep"
     plain = data.prepare_imdb(data.SMALL_DATA, vocab_size=300, seq_len=32, cache_dir=cache)

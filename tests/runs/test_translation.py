@@ -15,7 +15,7 @@ from m2l_nlp import cli
 from m2l_nlp.config import TransformerConfig
 from m2l_nlp.data import tatoeba
 from m2l_nlp.data.tokenization import BOS_ID, EOS_ID, train_translation_tokenizer
-from m2l_nlp.data.translation import encode_pairs
+from m2l_nlp.data.translation import encode_pairs, prepare_translation
 from m2l_nlp.impl import load_practical
 from m2l_nlp.model import generation, translators
 from m2l_nlp.runs.translation import Translator
@@ -61,6 +61,16 @@ def test_a_pair_is_a_source_and_a_target_with_its_end_token(small):
     assert weights[0].tolist() == [1] * (len(target) + 1) + [0] * (CONFIG.max_len - len(target) - 1)
     assert mask[0].sum() == max(len(source), len(target) + 1)  # the longer side: its bucket
     assert tokenizer.decode(target_ids[0, : len(target)].tolist()) == pair.el
+
+
+def test_the_prepared_pairs_are_the_split_encoded_by_its_training_sides_tokenizer(small):
+    split, tokenizer = small
+    data = prepare_translation("small", vocab_size=CONFIG.vocab_size, max_len=CONFIG.max_len)
+    assert data.pairs == split and data.max_len == CONFIG.max_len
+    assert data.tokenizer.get_vocab() == tokenizer.get_vocab()
+    kept = len(data.train[2])
+    assert kept + data.dropped == len(split.train) and kept > 0  # 12 tokens: the short ones
+    assert data.val is not None and len(data.val[2]) <= len(split.val)
 
 
 def test_a_pair_longer_than_the_window_is_left_out_and_counted(small):
