@@ -42,19 +42,21 @@ ELSEWHERE = {
     "m2l_nlp/grading/local/cli.py": "tests/grading/local/test_pytest_plugin.py",
     "m2l_nlp/grading/practicals/stacks.py": "tests/grading/practicals/test_mutants.py",
     "m2l_nlp/grading/practicals/practical1": "tests/grading/practicals/test_practical1.py",
-    "m2l_nlp/grading/practicals/practical2": "tests/grading/practicals/test_practical2.py",
+    "m2l_nlp/grading/practicals/practical2": (
+        "tests/grading/practicals/test_practical2.py tests/grading/practicals/test_mutants.py"
+    ),
     "m2l_nlp/grading/practicals/practical3": "tests/grading/practicals/test_mutants.py",
 }
 
 
-def test_file_of(module: Path) -> Path:
-    """``m2l_nlp/a/b.py`` -> ``tests/a/test_b.py`` (relative to the course; :data:`ELSEWHERE`
-    names the exceptions)."""
+def test_files_of(module: Path) -> list[Path]:
+    """``m2l_nlp/a/b.py`` -> ``[tests/a/test_b.py]`` (relative to the course; :data:`ELSEWHERE`
+    names the exceptions, a practical's checks in two files: its own and the mutants')."""
     for where in (str(module), str(module.parent)):
         if where in ELSEWHERE:
-            return Path(ELSEWHERE[where])
+            return [Path(name) for name in ELSEWHERE[where].split()]
     relative = module.relative_to("m2l_nlp")
-    return Path("tests", *relative.parts[:-1], f"test_{relative.stem}.py")
+    return [Path("tests", *relative.parts[:-1], f"test_{relative.stem}.py")]
 
 
 def public_functions(source: str) -> list[tuple[str, int, int]]:
@@ -99,10 +101,10 @@ def _course_copy(into: Path) -> Path:
     return into
 
 
-def _passes(copy: Path, tests: Path, timeout: float) -> bool:
+def _passes(copy: Path, tests: list[Path], timeout: float) -> bool:
     """Whether the quick tests of ``tests`` pass in ``copy`` (its m2l_nlp imported first)."""
     env = {**os.environ, "PYTHONPATH": str(copy), "M2L_ROOT": str(copy)}
-    command = [sys.executable, "-m", "pytest", str(tests), "-x", "-q", "-m", "not slow"]
+    command = [sys.executable, "-m", "pytest", *map(str, tests), "-x", "-q", "-m", "not slow"]
     command += ["-p", "no:cacheprovider", "-p", "no:xdist", "--impl", "solutions"]
     try:
         done = subprocess.run(
@@ -115,15 +117,15 @@ def _passes(copy: Path, tests: Path, timeout: float) -> bool:
 
 def check_module(module: Path, timeout: float) -> tuple[int, list[str], str]:
     """``(functions, names no test notices, note)`` for ``module`` (relative path)."""
-    tests = test_file_of(module)
+    tests = test_files_of(module)
     source = (ROOT / module).read_text()
     functions = public_functions(source)
-    if not (ROOT / tests).is_file():
-        return len(functions), [name for name, _, _ in functions], f"no {tests}"
+    if missing := [str(t) for t in tests if not (ROOT / t).is_file()]:
+        return len(functions), [name for name, _, _ in functions], f"no {', '.join(missing)}"
     with tempfile.TemporaryDirectory(prefix="breakage-") as scratch:
         copy = _course_copy(Path(scratch))
         if not _passes(copy, tests, timeout):
-            return len(functions), [], f"{tests} fails unbroken"
+            return len(functions), [], f"{' '.join(map(str, tests))} fails unbroken"
         unnoticed = []
         for name, first, last in functions:
             (copy / module).write_text(broken(source, first, last))

@@ -137,3 +137,10 @@ def test_results_that_are_not_results_json_are_a_row_with_its_reason(export, tmp
         (row,) = book.latest()
         assert row.score is None and row.error == "its results cannot be read as results.json"
     book.close()
+
+
+def test_a_run_keeps_the_course_commit_and_the_bundle_it_graded_with(tmp_path):
+    book = Gradebook(tmp_path / "book.sqlite")
+    run = book.start_run("grade", seed=7, course_commit="abc123+changes", bundle_hash="f00d")
+    assert book.run_version(run) == ("abc123+changes", "f00d")
+    assert book.run_version(run + 1) == (None, None)  # no such run
