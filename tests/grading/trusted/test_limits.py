@@ -347,3 +347,37 @@ def test_nothing_the_launcher_starts_can_call_through_another_architecture():
     assert "i386 getpid allowed" in run([sys.executable, "-m", "code"]).stdout  # the door
     done = run(launch_command("code", [], None, None))
     assert "i386 getpid refused" in done.stdout, done.stdout + done.stderr
+
+
+def test_the_graders_own_memory_watch_calls_once_past_its_bound():
+    from m2l_nlp.grading.trusted.limits import bound_own_memory, memory_of
+
+    called = []
+    bound_own_memory(memory_of(os.getpid()) // 2, called.append, interval=0.01)
+    deadline = time.monotonic() + 5
+    while not called and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)
+    assert len(called) == 1 and called[0] > 0  # once, with what it held
+
+
+def test_an_oom_score_is_set_or_the_reason_given():
+    from m2l_nlp.grading.trusted.limits import set_oom_score
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert set_oom_score(child.pid, 1000) is None  # raising it needs no privilege
+        with open(f"/proc/{child.pid}/oom_score_adj") as handle:
+            assert handle.read().strip() == "1000"
+        lowered = set_oom_score(child.pid, -1000)
+        assert lowered is None or "CAP_SYS_RESOURCE" in lowered  # (a container may drop it)
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_processes_in_this_ipc_namespace_are_not_listed_as_others():
+    from m2l_nlp.grading.trusted.limits import current_limits, ipc_namespaces
+
+    assert ipc_namespaces([os.getpid(), os.getppid()]) == {}
+    assert all(soft <= hard or hard == -1 for soft, hard in current_limits().values())
