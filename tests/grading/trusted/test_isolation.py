@@ -211,3 +211,34 @@ def test_a_sandbox_counts_its_own_tmpfs_and_nothing_once_it_is_unmounted(tmp_pat
     finally:
         unmount(mount)
     assert place.used() == 0
+
+
+def test_local_trials_run_student_code_as_oneself_and_a_missing_user_is_named(monkeypatch):
+    from m2l_nlp.grading.trusted.isolation import student_users
+
+    monkeypatch.setenv("M2L_GRADER_USER", "root")
+    assert student_users() is None
+    if os.geteuid() == 0:
+        monkeypatch.setenv("M2L_GRADER_USER", "m2l-nobody-of-this-name")
+        with pytest.raises(LookupError, match="no user m2l-nobody-of-this-name"):
+            student_users()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounting needs root")
+def test_the_mounts_under_a_folder_are_found_deepest_first(tmp_path):
+    from m2l_nlp.grading.trusted.isolation import mounts_under
+
+    inner = tmp_path / "a" / "b c"
+    inner.mkdir(parents=True)
+    mounted = []
+    try:
+        for point in (tmp_path / "a", inner):
+            if subprocess.run(["mount", "-t", "tmpfs", "none", str(point)]).returncode:
+                pytest.skip("this machine refuses a tmpfs mount")
+            mounted.append(point)
+            inner.mkdir(parents=True, exist_ok=True)  # the outer mount hid it
+        assert mounts_under(tmp_path) == [inner, tmp_path / "a"]
+        assert mounts_under(inner) == [inner]
+    finally:
+        for point in reversed(mounted):
+            subprocess.run(["umount", str(point)], check=True)
