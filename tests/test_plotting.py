@@ -59,6 +59,16 @@ def test_attention_maps_grid_is_layers_by_heads_with_token_labels():
     assert [t.get_text() for t in bottom_left.get_yticklabels()] == tokens
 
 
+def test_an_alignment_averages_the_heads_and_shows_the_labelled_tokens():
+    weights = np.random.default_rng(0).random((4, 6, 5))  # (h, T, S)
+    fig = plotting.plot_alignment(weights, ["I", "love", "you"], ["σ", "α", "γ", "."])
+    (panel,) = image_axes(fig)
+    np.testing.assert_allclose(panel.images[0].get_array(), weights.mean(0)[:4, :3])
+    assert [t.get_text() for t in panel.get_xticklabels()] == ["I", "love", "you"]
+    with pytest.raises(ValueError, match="give \\(T, S\\) or \\(h, T, S\\) weights"):
+        plotting.plot_alignment(weights, ["w"] * 9, ["σ"])
+
+
 def test_attention_maps_mask_cuts_padding_and_single_example_input():
     maps = random_maps(layers=1, batch=2, heads=2, seq=6)
     mask = np.array([[1, 1, 1, 0, 0, 0], [1, 1, 1, 1, 1, 0]])
