@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
 from m2l_nlp.config import TransformerConfig
+from m2l_nlp.data.tokenization import BOS_ID, EOS_ID
+from m2l_nlp.impl import load_practical
 from m2l_nlp.model import generation
 from m2l_nlp.model.language_models import decoder, language_model
 
@@ -88,3 +91,27 @@ def test_decoding_goes_on_without_a_cache_that_fails_its_check_and_says_why(caps
     assert said.strip() == (
         "note: attend_with_cache: not implemented yet; generating without it (slower)"
     )
+
+
+def test_beam_search_of_one_beam_is_greedy_and_more_beams_find_likelier_text():
+    """A stand-in model whose likeliest first token leads nowhere good: greedy takes it,
+    two beams find the likelier whole sentence."""
+    vocab, end = 5, EOS_ID
+    table = np.full((vocab, vocab), -9.0, np.float32)  # log-probabilities of next | token
+    table[BOS_ID, 3], table[BOS_ID, 4] = np.log(0.55), np.log(0.45)
+    table[3, :] = np.log(0.2)  # after 3: anything, nothing likely
+    table[4, end] = np.log(0.95)
+    table[end, 0] = 0.0
+
+    def step(tokens, at, state):
+        return jnp.asarray(table)[tokens], state
+
+    start = jnp.full((1,), BOS_ID, jnp.int32)
+    greedy = load_practical("practical3_translation", "solutions").greedy_decode(
+        step, (), start, 4, end
+    )
+    one = generation.beam_search(step, (), start, 4, end, width=1, length_penalty=0.0)
+    two = generation.beam_search(step, (), start, 4, end, width=2, length_penalty=0.0)
+    assert np.asarray(one).tolist() == np.asarray(greedy).tolist()
+    assert np.asarray(greedy)[0, 0] == 3
+    assert np.asarray(two)[0].tolist() == [4, end, 0, 0]

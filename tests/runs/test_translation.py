@@ -7,7 +7,6 @@ import json
 import types
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -16,7 +15,6 @@ from m2l_nlp.config import TransformerConfig
 from m2l_nlp.data import tatoeba
 from m2l_nlp.data.tokenization import BOS_ID, EOS_ID, train_translation_tokenizer
 from m2l_nlp.data.translation import encode_pairs, prepare_translation
-from m2l_nlp.impl import load_practical
 from m2l_nlp.model import generation, translators
 from m2l_nlp.runs.translation import Translator
 
@@ -117,30 +115,6 @@ def test_a_translator_without_a_working_cache_says_so_and_translates_the_same(sm
     assert slower.translate(params, sentences) == right
     assert slower.cached is False
     assert "translating without it" in capsys.readouterr().err
-
-
-def test_beam_search_of_one_beam_is_greedy_and_more_beams_find_likelier_text():
-    """A stand-in model whose likeliest first token leads nowhere good: greedy takes it,
-    two beams find the likelier whole sentence."""
-    vocab, end = 5, EOS_ID
-    table = np.full((vocab, vocab), -9.0, np.float32)  # log-probabilities of next | token
-    table[BOS_ID, 3], table[BOS_ID, 4] = np.log(0.55), np.log(0.45)
-    table[3, :] = np.log(0.2)  # after 3: anything, nothing likely
-    table[4, end] = np.log(0.95)
-    table[end, 0] = 0.0
-
-    def step(tokens, at, state):
-        return jnp.asarray(table)[tokens], state
-
-    start = jnp.full((1,), BOS_ID, jnp.int32)
-    greedy = load_practical("practical3_translation", "solutions").greedy_decode(
-        step, (), start, 4, end
-    )
-    one = generation.beam_search(step, (), start, 4, end, width=1, length_penalty=0.0)
-    two = generation.beam_search(step, (), start, 4, end, width=2, length_penalty=0.0)
-    assert np.asarray(one).tolist() == np.asarray(greedy).tolist()
-    assert np.asarray(greedy)[0, 0] == 3
-    assert np.asarray(two)[0].tolist() == [4, end, 0, 0]
 
 
 def test_translate_refuses_what_is_not_a_translator_in_one_line(tmp_path, capsys):
