@@ -65,3 +65,9 @@ def test_a_per_token_objective_sums_its_practicals_mean_and_is_scored_by_the_cou
     assert float(hits) == float((logits[0].argmax(-1) == labels[0]).sum())
     assert objective.as_scored().loss is metrics.token_cross_entropy
     assert metrics.TOKENS.as_scored() is metrics.TOKENS  # a row task is its own judge
+
+
+def test_a_translators_objective_is_its_own_loss_in_bits_per_token():
+    objective = metrics.sequence_objective(metrics.token_cross_entropy)
+    assert objective.loss is metrics.token_cross_entropy and objective.per_token
+    assert (objective.loss_name, objective.scale) == ("bits/token", pytest.approx(1 / np.log(2)))
