@@ -43,7 +43,8 @@ ELSEWHERE = {
     "m2l_nlp/grading/practicals/stacks.py": "tests/grading/practicals/test_mutants.py",
     "m2l_nlp/grading/practicals/practical1": "tests/grading/practicals/test_practical1.py",
     "m2l_nlp/grading/practicals/practical2": (
-        "tests/grading/practicals/test_practical2.py tests/grading/practicals/test_mutants.py"
+        "tests/grading/practicals/test_practical2.py",
+        "tests/grading/practicals/test_mutants.py",
     ),
     "m2l_nlp/grading/practicals/practical3": "tests/grading/practicals/test_mutants.py",
 }
@@ -54,7 +55,8 @@ def test_files_of(module: Path) -> list[Path]:
     names the exceptions, a practical's checks in two files: its own and the mutants')."""
     for where in (str(module), str(module.parent)):
         if where in ELSEWHERE:
-            return [Path(name) for name in ELSEWHERE[where].split()]
+            names = ELSEWHERE[where]
+            return [Path(name) for name in ((names,) if isinstance(names, str) else names)]
     relative = module.relative_to("m2l_nlp")
     return [Path("tests", *relative.parts[:-1], f"test_{relative.stem}.py")]
 
