@@ -30,4 +30,5 @@ def as_nobody() -> Callable[..., subprocess.CompletedProcess]:
             cwd="/",
         )
 
+    run.user, run.python = NOBODY, PYTHON  # for a test that starts its own process as nobody
     return run
