@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -56,3 +57,48 @@ def test_replies_are_bounded_in_shape_before_any_computation():
     ):
         with pytest.raises(wire.TooLarge):
             wire.check_sizes(wire.decode(wire.encode(huge)))
+
+
+def test_a_framed_message_crosses_a_pipe_whole_and_an_early_close_is_an_end():
+    read, write = os.pipe()
+    try:
+        value = {"a": np.arange(3, dtype=np.int32), "t": ("x", 1.5)}
+        payload = wire.encode(value)
+        assert wire.frame(payload) == wire.HEADER.pack(len(payload)) + payload
+        wire.send(write, value)
+        wire.send_bytes(write, wire.encode([None]))
+        got = wire.receive(read)
+        np.testing.assert_array_equal(got["a"], value["a"])
+        assert got["t"] == ("x", 1.5) and wire.receive(read) == [None]
+        os.write(write, wire.HEADER.pack(10) + b"abc")  # a message cut short
+        os.close(write)
+        write = None
+        with pytest.raises(EOFError):
+            wire.receive(read)
+    finally:
+        os.close(read)
+        if write is not None:
+            os.close(write)
+
+
+def test_read_exactly_gathers_a_message_written_in_pieces():
+    read, write = os.pipe()
+    try:
+        os.write(write, b"ab")
+        os.write(write, b"cdef")
+        assert wire.read_exactly(read, 5) == b"abcde"
+        assert wire.read_exactly(read, 1) == b"f"
+    finally:
+        os.close(read)
+        os.close(write)
+
+
+def test_a_length_over_the_limit_is_refused_before_it_is_read():
+    read, write = os.pipe()
+    try:
+        os.write(write, wire.HEADER.pack(wire.MAX_BYTES + 1))
+        with pytest.raises(wire.WireError, match="over the limit"):
+            wire.receive(read)
+    finally:
+        os.close(read)
+        os.close(write)
