@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from m2l_nlp.transform import funcs_from_stateful, init_and_pred
+from m2l_nlp.transform import funcs_from_stateful, init_and_pred, pure_apply
 
 
 def forward(x, mask, is_train=True):
@@ -117,3 +117,10 @@ def test_the_deterministic_forward_refuses_training_mode(funcs, params):
         funcs.predict_fw(params, X, MASK, True)
     with pytest.raises(TypeError, match="is_train must be a Python bool"):
         funcs.model_fw.apply(params, X, MASK, np.bool_(False))
+
+
+def test_pure_apply_reads_the_parameters_without_a_key(funcs, params):
+    """A trained model's parameters read another way (here: the evaluation forward, with no
+    random key to pass) give the deterministic forward's result."""
+    apply = pure_apply(lambda x, mask: forward(x, mask, is_train=False))
+    np.testing.assert_allclose(apply(params, X, MASK), funcs.predict_fw(params, X, MASK), rtol=1e-6)

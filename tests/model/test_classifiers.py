@@ -143,3 +143,36 @@ def test_a_baseline_with_the_wrong_output_shape_is_refused_before_training(model
     said = rf"\(your notebook's cells\) .* shape \(2, 1\) .* shape \(2,\).*-m {exercise}"
     with pytest.raises(ModelOutputError, match=said):
         check_model_builds(PRESETS[model], names)
+
+
+def test_a_presets_first_parameters_and_with_pair_tokens_their_tie():
+    """``init_for_preset``: the preset's model for the data's vocabulary, its embeddings
+    scaled as the preset says; with pair tokens that back off, the pairs' rows start at zero
+    and the tie reads each pair as its first token (no table: said in words)."""
+    import dataclasses
+    import types
+
+    from m2l_nlp.config import PRESETS
+
+    small = dict(num_layers=1, num_heads=2, d_model=8, d_ff=16, p_dropout=0.0, pooling="mean")
+    preset = dataclasses.replace(PRESETS["demo"], seq_len=16, model=small, embed_scale=0.1)
+    funcs, config, params, tie = models.init_for_preset(
+        preset, types.SimpleNamespace(vocab_size=50), 0
+    )
+    table = np.asarray(params["classifier/~/embedding/~/embed"]["embeddings"])
+    assert tie is None and config.vocab_size == 50 and table.shape == (50, 8)
+    unscaled = models.init_params(funcs, 0, preset.seq_len)
+    np.testing.assert_allclose(
+        table, 0.1 * np.asarray(unscaled["classifier/~/embedding/~/embed"]["embeddings"]), rtol=1e-6
+    )
+
+    backoff = dataclasses.replace(preset, bigram_backoff=True, bigram_tokens=PAIRS)
+    with pytest.raises(ValueError, match="needs the data's bigram table"):
+        models.init_for_preset(backoff, types.SimpleNamespace(vocab_size=50), 0)
+    pairs = np.stack([FIRST, FIRST + 1], axis=1)  # (PAIRS, 2): each pair's two tokens
+    data = types.SimpleNamespace(vocab_size=50, bigram_table=pairs)
+    _, _, stored, tie = models.init_for_preset(backoff, data, 0)
+    rows = np.asarray(stored["classifier/~/embedding/~/embed"]["embeddings"])
+    assert np.abs(rows[:BASE]).max() > 0 and not rows[BASE:].any()
+    tied = np.asarray(tie(stored)["classifier/~/embedding/~/embed"]["embeddings"])
+    np.testing.assert_array_equal(tied[BASE:], rows[FIRST])

@@ -568,3 +568,38 @@ def test_the_notebook_showcase_scores_as_predict_does(tmp_path, tokenizer, capsy
     assert (bigrams.merge_bigram_tokens(ids, mask, table, base) != ids).any()
     plain = ck.review_probabilities(SHOWCASE, params, model, tokenizer, max_len=config.max_len)
     assert not np.allclose(plain, expected, rtol=1e-3, atol=1e-4)
+
+
+def test_save_run_writes_the_metrics_plots_and_the_checkpoint_its_command_reads(
+    tmp_path, params, config, tokenizer
+):
+    """What a run leaves: ``metrics.json`` with the history, the curves, the test confusion
+    matrix, and a checkpoint of the run's kind with the settings; no checkpoint unless asked."""
+    from m2l_nlp.config import TrainSettings
+    from m2l_nlp.train.metrics import EvalResult
+
+    history = {"loss": [0.7, 0.5], "val_accuracy": [0.6, 0.75]}
+    test = EvalResult(0.75, 0.5, np.array([[3, 1], [1, 3]]), 8)
+    kind = type("Kind", (), {"name": ck.CLASSIFIER, "curves_title": "Training curves"})
+    run = type("Run", (), {})()
+    run.kind, run.params, run.config, run.history, run.test = kind, params, config, history, test
+    run.metrics = {"test_accuracy": 0.75}
+    settings = TrainSettings(learning_rate=1e-3)
+
+    ck.save_run(tmp_path / "run", run, settings, tokenizer, checkpoint=True)
+    names = {p.name for p in (tmp_path / "run").iterdir()}
+    assert names == {"checkpoint", "metrics.json", "training_curves.png", "confusion_matrix.png"}
+    saved = json.loads((tmp_path / "run" / "metrics.json").read_text())
+    assert saved == {"test_accuracy": 0.75, "history": history}
+    for picture in ("training_curves.png", "confusion_matrix.png"):
+        assert (tmp_path / "run" / picture).read_bytes().startswith(b"\x89PNG")
+    loaded = load(tmp_path / "run" / "checkpoint", expected_config=config)
+    assert loaded.meta["test_accuracy"] == 0.75 and loaded.meta["history"] == history
+    assert loaded.meta["settings"] == json.loads(json.dumps(dataclasses.asdict(settings)))
+
+    run.test = None  # a language model's or translator's run: no confusion matrix
+    ck.save_run(tmp_path / "bare", run, settings, tokenizer, checkpoint=False)
+    assert {p.name for p in (tmp_path / "bare").iterdir()} == {
+        "metrics.json",
+        "training_curves.png",
+    }

@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 
 from m2l_nlp.runs import folders as runs
+from m2l_nlp.train.metrics import EvalResult
+from m2l_nlp.train.progress import BestEpoch, Progress
 
 
 def write_run(folder: Path, accuracy: float) -> None:
@@ -227,11 +229,45 @@ def test_progress_is_kept_and_resumed_only_with_the_same_settings(tmp_path):
             pass
 
 
+def test_the_loops_progress_resumes_exactly_as_it_was_kept(tmp_path):
+    """An epoch's state, history (a loss that was not finite included), best epoch and
+    evaluations come back from the folder as the loop left them; the settings are compared
+    as JSON reads them back (a tuple is a list there)."""
+    settings = runs.fingerprint(seed=0, sizes=(2, 3))
+    assert settings == {"seed": 0, "sizes": [2, 3]}
+    result = EvalResult(0.75, 0.5, np.array([[3, 1], [0, 4]]), 8)
+    done = Progress(
+        epoch=2,
+        state=[np.arange(3.0), np.ones((2, 2), np.float32)],
+        history={"loss": [0.7, float("nan")], "val_accuracy": [0.5, 0.75]},
+        best=BestEpoch((0.75, -0.5), 2, [np.full(2, 7.0)], result),
+        result=result,
+    )
+    with runs.open_run(tmp_path / "out") as folder:
+        folder.keep_epoch(done, 3, settings)
+    with runs.open_run(tmp_path / "out", resume=True) as folder:
+        back = folder.resume_from(runs.fingerprint(seed=0, sizes=(2, 3)))
+        with pytest.raises(runs.RunFolderError, match="these differ: sizes"):
+            folder.resume_from(runs.fingerprint(seed=0, sizes=(2, 4)))
+    assert back.epoch == 2 and back.history["val_accuracy"] == [0.5, 0.75]
+    assert back.history["loss"][0] == 0.7 and np.isnan(back.history["loss"][1])
+    for got, want in zip(back.state, done.state, strict=True):
+        np.testing.assert_array_equal(got, want)
+        assert got.dtype == want.dtype
+    assert back.best.score == (0.75, -0.5) and back.best.epoch == 2
+    np.testing.assert_array_equal(back.best.params[0], np.full(2, 7.0))
+    for evaluated in (back.result, back.best.result):
+        assert (evaluated.accuracy, evaluated.loss, evaluated.count) == (0.75, 0.5, 8)
+        np.testing.assert_array_equal(evaluated.confusion, result.confusion)
+
+
 CRASHING_RUN = textwrap.dedent(
     """
     import json, sys
     from pathlib import Path
     from m2l_nlp.runs import folders as runs
+from m2l_nlp.train.metrics import EvalResult
+from m2l_nlp.train.progress import BestEpoch, Progress
 
     out, accuracy = Path(sys.argv[1]), float(sys.argv[2])
     with runs.open_run(out, overwrite=True) as folder:

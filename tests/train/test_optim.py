@@ -49,3 +49,18 @@ def test_weight_decay_shrinks_matrices_only_and_warm_up_starts_at_zero():
     later, _ = _run(optimizer, params, [zero] * 6)  # no gradient: only the decay moves them
     assert float(later["m/~/linear"]["w"].max()) < 1.0
     np.testing.assert_array_equal(later["m/~/linear"]["b"], params["m/~/linear"]["b"])
+
+
+def test_init_state_starts_the_average_at_a_copy_of_the_parameters_when_asked():
+    params = {"m/~/linear": {"w": jnp.ones((2, 2)), "b": jnp.zeros(2)}}
+    optimizer = optax.adam(1e-3)
+    plain = optim.init_state(params, optimizer)
+    assert plain.params is params and plain.ema is None
+    assert jax.tree_util.tree_structure(plain.opt_state) == jax.tree_util.tree_structure(
+        optimizer.init(params)
+    )
+    averaged = optim.init_state(params, optimizer, ema=True)
+    count, average = averaged.ema
+    assert int(count) == 0 and count.dtype == jnp.int32
+    np.testing.assert_array_equal(average["m/~/linear"]["w"], params["m/~/linear"]["w"])
+    assert average["m/~/linear"]["w"] is not params["m/~/linear"]["w"]  # its own buffer

@@ -8,6 +8,7 @@ positions apart and stays far below that, which the negative test shows.
 
 from __future__ import annotations
 
+import dataclasses
 import types
 
 import haiku as hk
@@ -130,3 +131,25 @@ def test_forward_shapes_and_maps():
     assert [m.shape for m in maps] == [(3, 2, 6, 6)] * 2
     acc, seq_acc = evaluate_reverse(lambda inputs: inputs[:, ::-1], config, num_sequences=20)
     assert acc == seq_acc == 1.0
+
+
+def test_a_short_run_gives_a_model_that_predicts_scores_and_shows_its_maps():
+    """A few steps of a tiny model (quick): the result's losses (one per epoch), scores
+    measured on fresh sequences as its predictions give them, and one map per block."""
+    config = ReverseConfig(seq_len=5, d_model=8, d_ff=16, num_heads=2, num_layers=2)
+    config = dataclasses.replace(config, steps=6, epochs=2, batch_size=8)
+    result = train_reverse(config)
+    assert len(result.losses) == 2 and all(np.isfinite(result.losses)) and result.seconds > 0
+    inputs, _ = reverse_batch(np.random.default_rng(1), 3, 5)
+    predicted = result.predict(inputs)
+    assert predicted.shape == (3, 5) and predicted.min() >= 0 and predicted.max() < 10
+    assert (result.accuracy, result.sequence_accuracy) == evaluate_reverse(result.predict, config)
+    assert [np.asarray(m).shape for m in result.attention_maps(inputs)] == [(3, 2, 5, 5)] * 2
+
+
+def test_anti_diagonal_mass_is_one_for_a_reversal_and_one_over_l_for_uniform_attention():
+    length = 4
+    reversal = np.eye(length)[::-1][None, None]  # (1, 1, L, L): query i -> key L - 1 - i
+    assert anti_diagonal_mass(reversal) == 1.0
+    assert anti_diagonal_mass(np.full((2, length, length), 1 / length)) == 1 / length
+    assert anti_diagonal_mass(np.eye(length)) == 0.0  # attending to itself
