@@ -286,3 +286,45 @@ def test_a_note_names_a_failing_earlier_exercise_the_run_did_not_select(
     ), result.note
     assert list(grader.quiet) == ["scaled_dot_product"]
     assert grader.quiet["scaled_dot_product"].status == "failed"
+
+
+def test_an_import_error_is_told_once_at_the_graded_files_line(monkeypatch):
+    """A practical that cannot be imported is reported at its own file's line (where the
+    graded implementation lives), and each exercise of it then says it was not graded."""
+    from m2l_nlp.grading.checks.runner import PracticalError
+    from m2l_nlp.grading.local import pytest_plugin
+
+    grader = pytest_plugin.Grader("exercises")
+    path = repo_root() / "exercises" / "practical2_transformers.py"
+    assert grader.path_of("practical2_transformers") == path
+
+    def fails_at_line_2(practical, impl):
+        exec(compile("x = 1\nx / 0\n", str(path), "exec"), {})
+
+    monkeypatch.setattr(pytest_plugin, "load_practical", fails_at_line_2)
+    with pytest.raises(PracticalError, match="could not be imported, so this exercise"):
+        grader.student("practical2_transformers")
+    [said] = grader.import_errors()
+    assert said.startswith(f"{path}, line 2: ZeroDivisionError"), said
+
+
+def test_earlier_work_graded_quietly_stops_at_its_first_failing_check(
+    tmp_path, _module_from, _apply, SOLUTION, P2
+):
+    from m2l_nlp.grading.local import pytest_plugin
+
+    grader = pytest_plugin.Grader("exercises")
+    grader.modules[P2] = _module_from(SOLUTION, tmp_path)
+    passed = grader.grade_quietly("scaled_dot_product")
+    checks = load_exercises()["scaled_dot_product"].checks
+    assert passed.status == "passed" and len(passed.checks) == len(checks) > 1
+
+    grader = pytest_plugin.Grader("exercises")
+    grader.modules[P2] = _module_from(
+        _apply(("scaled_dot_product", "scores not divided")), tmp_path
+    )
+    failed = grader.grade_quietly("scaled_dot_product")
+    assert failed.status == "failed" and failed.checks[-1].status == "failed"
+    assert all(c.status == "passed" for c in failed.checks[:-1])
+    assert len(failed.checks) < len(checks)  # nothing after the first failure ran
+    assert grader.results == {}  # quiet: nothing recorded for the score table

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,35 @@ def test_make_autograder_refuses_a_gate_that_compares_nothing_in_one_line(
     )
     assert said.count("\n") == 1 and "Traceback" not in said
     assert not zip_path.exists()
+
+
+def test_the_files_of_a_course_are_gits_own_list_or_else_all_but_caches(tmp_path):
+    """In a checkout: tracked files and new ones git does not ignore; elsewhere (a copy
+    without .git): every file but the caches, environments and runs."""
+    for name in ("a.py", "lib/b.py", "notes.log", "runs/x/metrics.json", ".venv/bin/python"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(name)
+    (tmp_path / "lib" / "__pycache__").mkdir()
+    (tmp_path / "lib" / "__pycache__" / "b.pyc").write_bytes(b"")
+    assert bundle.tracked_files(tmp_path) == ["a.py", "lib/b.py", "notes.log"]
+
+    (tmp_path / ".gitignore").write_text("*.log\nruns/\n.venv/\n__pycache__/\n")
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "a.py", ".gitignore"], check=True)
+    subprocess.run([*git, "commit", "-qm", "first"], check=True)
+    (tmp_path / "a.py").unlink()  # tracked but gone: not a file to bundle
+    assert bundle.tracked_files(tmp_path) == [".gitignore", "lib/b.py"]
+
+
+def test_gitignore_patterns_are_read_as_git_reads_them():
+    ignored = bundle.gitignored(
+        "# a comment\n*.pyc\n/build\ndocs/*.tmp\nruns/\n!keep.pyc\ncache/\n!cache/wanted\n"
+    )
+    assert ignored("x.pyc") and ignored("deep/x.pyc") and not ignored("keep.pyc")
+    assert ignored("build") and ignored("build/out.txt") and not ignored("src/build")
+    assert ignored("docs/a.tmp") and not ignored("other/docs/a.tmp")
+    assert ignored("runs", folder=True) and ignored("runs/x/metrics.json")
+    assert not ignored("runs")  # a file called runs: the rule is for folders
+    assert ignored("cache/wanted")  # in an ignored folder, whatever a later ! says
+    assert not ignored("src/main.py")

@@ -16,7 +16,7 @@ import pytest
 from m2l_nlp.grading.checks import wire
 from m2l_nlp.grading.checks.catalog import load_exercises
 from m2l_nlp.grading.checks.registry import CheckFailure
-from m2l_nlp.grading.checks.runner import StudentError, outcome
+from m2l_nlp.grading.checks.runner import StudentError, outcome, reference
 from m2l_nlp.grading.checks.tools import jitted
 from m2l_nlp.grading.trusted.remote import (
     RemoteNamespace,
@@ -144,6 +144,28 @@ def test_worker_runs_student_code_and_returns_plain_data(student_file):
         assert caught.value.kind == "SystemExit"
         with pytest.raises(WorkerLost, match="exit status 3"):
             ns.dies(1)
+    finally:
+        worker.kill()
+
+
+def test_a_haiku_build_runs_in_the_worker_on_the_graders_parameters(tmp_path, SOLUTION):
+    """``run_haiku`` on a remote namespace sends the build by name, the parameters and the
+    key: the worker's module (practical 2's reference, there) gives what it gives here."""
+    from m2l_nlp.grading.checks.tools import key_for, normal, perturb, run_haiku
+    from m2l_nlp.grading.practicals.practical2.blocks import _ffn
+
+    (tmp_path / "practical_x.py").write_text(SOLUTION)
+    ref = reference("practical2_transformers")
+    rng = np.random.default_rng(0)
+    x = normal(rng, 2, 5, 12)
+    params = perturb(run_haiku(_ffn(0.5, True), ref, None, x), rng)
+    worker = _worker(tmp_path)
+    try:
+        ns = RemoteNamespace(worker)
+        for build, key in ((_ffn(0.5, False), None), (_ffn(0.5, True), key_for(3))):
+            there = ns.run_haiku(build, params, (x,), key=key, jit=True)
+            here = run_haiku(build, ref, params, x, key=key)
+            np.testing.assert_allclose(there, here, rtol=1e-5, atol=1e-6)
     finally:
         worker.kill()
 
@@ -330,6 +352,48 @@ def test_processes_that_escape_the_worker_are_killed_and_nothing_else(student_fi
     assert report["killed"] >= 1 and report["bystander"] is None
     time.sleep(0.2)
     assert _tagged(tag) == []
+
+
+SIGNAL_AND_REAP = """
+import json, os, time
+from m2l_nlp.grading.trusted.remote import reap_orphans, signal_descendants
+
+def state(pid):  # R/S running or sleeping, Z ended and not reaped, None reaped
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return None
+
+def spawn():
+    return os.posix_spawn("/bin/sleep", ["sleep", "30"], os.environ)
+
+kept, student = spawn(), spawn()
+signal_descendants(keep={kept})
+time.sleep(0.3)
+killed = (state(kept), state(student))
+reap_orphans(keep={kept, student})  # a worker's status still to be read: not reaped
+time.sleep(0.1)
+held = state(student)
+reap_orphans(keep={kept})
+time.sleep(0.1)
+print(json.dumps(dict(killed=killed, held=held, reaped=state(student), kept=state(kept))))
+os.kill(kept, 9)
+os.waitpid(kept, 0)
+"""
+
+
+def test_student_processes_are_killed_and_reaped_but_the_ones_kept():
+    """``signal_descendants`` kills what lies below the grader but ``keep``, without
+    reaping; ``reap_orphans`` then reaps the ended ones but those whose status is awaited."""
+    run = subprocess.run(
+        [sys.executable, "-c", SIGNAL_AND_REAP], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    report = json.loads(run.stdout.strip().splitlines()[-1])
+    assert report["killed"][0] in ("S", "R") and report["killed"][1] == "Z", report
+    assert report["held"] == "Z" and report["reaped"] is None, report
+    assert report["kept"] in ("S", "R"), report
 
 
 def test_student_workers_run_with_bounded_memory_and_processes(student_file):
