@@ -319,10 +319,6 @@ class Isolation:
         self.memory: tuple[tuple[Path, bool], int] | None = None
         self._turn = 0
 
-    @property
-    def kind(self) -> str:
-        return "bubblewrap" if self.sandbox else "users"
-
     @staticmethod
     def probe(user: tuple[int, int], scratch: Path, python: str = sys.executable) -> str | None:
         """None if a bubblewrap sandbox starts here as ``user`` with a root-mounted tmpfs

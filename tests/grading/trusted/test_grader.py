@@ -331,3 +331,32 @@ def test_what_a_user_can_open_is_asked_as_that_user(as_nobody, monkeypatch):
         assert readable_by(nobody, [base], mode="w") == []
     finally:
         shutil.rmtree(base)
+
+
+def test_the_references_pass_answers_in_its_own_process_and_sets_each_exercises_time(tmp_path):
+    """The reference runs the checks of the exercises given (one here) in a worker that then
+    answers the checks' questions; each exercise gets ``factor`` times the reference's time,
+    never under the floor. Without solutions/ the grader says what it needs."""
+    import numpy as np
+
+    from m2l_nlp.grading.checks.runner import reference
+    from m2l_nlp.grading.trusted import grader as trusted
+
+    catalog = load_exercises()
+    one = {"scaled_dot_product": catalog["scaled_dot_product"]}
+    remote, limits = trusted.reference_pass(one, "practical2_transformers", ROOT, tmp_path)
+    try:
+        assert set(limits) == {"scaled_dot_product"}
+        assert limits["scaled_dot_product"] >= trusted.MIN_LIMIT_S
+        assert any(
+            line.startswith('raise NotImplementedError("scaled') for line in remote.stub_lines
+        )
+        q = np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)
+        values, weights = remote.scaled_dot_product(q, q, q)
+        want, _ = reference("practical2_transformers").scaled_dot_product(q, q, q)
+        np.testing.assert_allclose(values, want, rtol=1e-5, atol=1e-6)
+        assert np.asarray(weights).shape == (2, 3, 3)
+    finally:
+        remote.worker.kill()
+    with pytest.raises(trusted.GraderBroken, match="is missing: the autograder needs solutions/"):
+        trusted.reference_pass(one, "practical2_transformers", tmp_path, tmp_path)

@@ -242,3 +242,19 @@ def test_the_mounts_under_a_folder_are_found_deepest_first(tmp_path):
     finally:
         for point in reversed(mounted):
             subprocess.run(["umount", str(point)], check=True)
+
+
+def test_message_queues_are_shown_on_dev_mqueue_or_why_not_is_said():
+    """The users path removes a phase's POSIX queues as files of /dev/mqueue: the file system
+    is mounted there (root), or one line says why it cannot be."""
+    from m2l_nlp.grading.trusted.isolation import show_message_queues
+
+    said = show_message_queues()
+    with open("/proc/self/mounts", encoding="utf-8") as handle:
+        mounted = any(line.split()[1:3] == ["/dev/mqueue", "mqueue"] for line in handle)
+    if said:
+        assert said.startswith("POSIX message queues cannot be seen here (") and not mounted
+        assert "\n" not in said
+    else:
+        assert mounted
+        assert show_message_queues() == ""  # already there: nothing done twice

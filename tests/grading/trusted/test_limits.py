@@ -381,3 +381,29 @@ def test_processes_in_this_ipc_namespace_are_not_listed_as_others():
 
     assert ipc_namespaces([os.getpid(), os.getppid()]) == {}
     assert all(soft <= hard or hard == -1 for soft, hard in current_limits().values())
+
+
+def test_a_groups_limit_is_read_from_its_version_and_gone_graders_groups_are_removed(tmp_path):
+    """Read on plain folders laid out as cgroups are (no root needed): the limit from the
+    file of each cgroup version; the groups of graders that are gone removed, ours and
+    what is not a group kept, one that cannot go named."""
+    from m2l_nlp.grading.trusted.limits import GROUP_PREFIX, MemoryGroup
+
+    for v2, name in ((True, "memory.max"), (False, "memory.limit_in_bytes")):
+        group = tmp_path / f"v{2 if v2 else 1}"
+        group.mkdir()
+        (group / name).write_text("67108864\n")
+        assert MemoryGroup(group, v2).limit == 64 << 20
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # its pid names no process now
+    parent = tmp_path / "parent"
+    for name in (f"{gone.pid}-a", f"{gone.pid}-b", f"{os.getpid()}-a"):
+        (parent / f"{GROUP_PREFIX}{name}").mkdir(parents=True)
+    (parent / f"{GROUP_PREFIX}{gone.pid}-b" / "held").write_text("")  # it cannot be removed
+    (parent / "other").mkdir()
+    left = MemoryGroup.remove_abandoned((parent, True))
+    assert len(left) == 1 and f"{GROUP_PREFIX}{gone.pid}-b" in left[0]
+    assert sorted(p.name for p in parent.iterdir()) == sorted(
+        [f"{GROUP_PREFIX}{gone.pid}-b", f"{GROUP_PREFIX}{os.getpid()}-a", "other"]
+    )
