@@ -305,3 +305,32 @@ def test_run_json_says_whose_modules_were_trained(tiny, tmp_path, monkeypatch):
             preset, data, out, impl=impl, no_test=True, progress=False, log=None
         )
         assert json.loads((out / "run.json").read_text())["impl"] == said
+
+
+def test_run_training_checks_first_then_opens_the_folder_and_says_each_step(tmp_path, monkeypatch):
+    """The whole job of ``m2l-nlp train`` around the training itself (stood in for here): a
+    folder it cannot write is refused before anything is made; otherwise the run folder is
+    opened, each step said, and the trained run returned."""
+    preset = override(config.PRESETS["demo"], TINY)
+
+    def request(out):
+        return experiment.TrainRequest(
+            name="demo", preset=preset, data="small", out=out, cache_dir=tmp_path / "cache",
+            changed=("seq_len=64",), progress=False,
+        )  # fmt: skip
+
+    (tmp_path / "a-file").write_text("the user's")
+    with pytest.raises(ValueError, match="--out"):
+        experiment.run_training(request(tmp_path / "a-file" / "run"), say=print)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+    seen = []
+    monkeypatch.setattr(
+        experiment, "_train_and_evaluate", lambda data, folder, req, say: seen.append(data) or "run"
+    )
+    said = []
+    assert experiment.run_training(request(tmp_path / "run"), say=said.append) == "run"
+    assert said[0].startswith("model: solutions/ (")
+    assert said[1].startswith("devices: ") and said[2].startswith("preset demo: ")
+    assert said[3] == "changed: seq_len=64" and said[4].startswith("data prepared (")
+    assert len(seen) == 1 and seen[0].vocab_size > 0
