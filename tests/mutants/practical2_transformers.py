@@ -422,6 +422,17 @@ MUTANTS = {
 }
 
 VARIANTS = {
+    "masked_embedding": [
+        (
+            "jnp.where on the mask",
+            [
+                (
+                    "return vectors * jnp.asarray(mask)[..., None].astype(vectors.dtype)",
+                    "return jnp.where(jnp.asarray(mask)[..., None] != 0, vectors, 0.0)",
+                )
+            ],
+        ),
+    ],
     "scaled_dot_product": [
         (
             "einsum",
