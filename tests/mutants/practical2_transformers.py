@@ -485,6 +485,53 @@ VARIANTS = {
             [("return jnp.swapaxes(x, -2, -3)", "return jnp.transpose(x, (0, 2, 1, 3))")],
         ),
     ],
+    "positionwise_feed_forward": [
+        (
+            "jnp.maximum for the ReLU",
+            [("jax.nn.relu(self.linear_1(x))", "jnp.maximum(self.linear_1(x), 0.0)")],
+        ),
+    ],
+    "encoder_block": [
+        (
+            "the sub-layers by keyword, the attention maps returned apart",
+            [
+                (
+                    "attended, weights = self.attention(x, x, x, mask)",
+                    "attended, weights = self.attention(q=x, k=x, v=x, mask=mask)",
+                ),
+                (
+                    "return (x, weights) if return_attention else x",
+                    "if return_attention:\n            return x, weights\n        return x",
+                ),
+            ],
+        ),
+    ],
+    "transformer_encoder": [
+        (
+            "the blocks called by keyword, the maps collected by index",
+            [
+                ("x = block(x, mask, is_train)\n", "x = block(x, mask=mask, is_train=is_train)\n"),
+                (
+                    "            x, weights = block(x, mask, is_train, return_attention=True)\n"
+                    "            maps.append(weights)\n",
+                    "            out = block(x, mask, is_train, return_attention=True)\n"
+                    "            x = out[0]\n"
+                    "            maps.append(out[1])\n",
+                ),
+            ],
+        ),
+    ],
+    "classifier": [
+        (
+            "jnp.squeeze for the one logit",
+            [
+                (
+                    "return self.head(pooled)[..., 0]",
+                    "return jnp.squeeze(self.head(pooled), axis=-1)",
+                )
+            ],
+        ),
+    ],
     "positional_encoding": [
         (
             "JAX .at, result kept",
