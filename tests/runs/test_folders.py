@@ -266,8 +266,6 @@ CRASHING_RUN = textwrap.dedent(
     import json, sys
     from pathlib import Path
     from m2l_nlp.runs import folders as runs
-from m2l_nlp.train.metrics import EvalResult
-from m2l_nlp.train.progress import BestEpoch, Progress
 
     out, accuracy = Path(sys.argv[1]), float(sys.argv[2])
     with runs.open_run(out, overwrite=True) as folder:
