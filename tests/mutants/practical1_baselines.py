@@ -130,3 +130,71 @@ MUTANTS = {
         ),
     ],
 }
+
+
+# Correct answers written otherwise: each must pass every check of its exercise.
+VARIANTS = {
+    "multi_hot": [
+        (
+            "counts added, then clipped at 1",
+            [
+                (
+                    "return out.at[rows, ids].max(present)",
+                    "return jnp.minimum(out.at[rows, ids].add(present), 1.0)",
+                )
+            ],
+        ),
+    ],
+    "bag_of_bigrams": [
+        (
+            "jnp.logical_and and jnp.mod",
+            [
+                (
+                    "pair_mask = valid[:, :-1] & valid[:, 1:]",
+                    "pair_mask = jnp.logical_and(valid[:, :-1], valid[:, 1:])",
+                ),
+                (
+                    "buckets = (first * vocab_size + second) % num_buckets",
+                    "buckets = jnp.mod(first * vocab_size + second, num_buckets)",
+                ),
+            ],
+        ),
+    ],
+    "tfidf": [
+        (
+            "count_nonzero, log1p and jnp.linalg.norm",
+            [
+                (
+                    "df = (features != 0).sum(axis=0).astype(jnp.float32)",
+                    "df = jnp.count_nonzero(features, axis=0).astype(jnp.float32)",
+                ),
+                (
+                    "return (jnp.log((1.0 + n) / (1.0 + df)) + 1.0).astype(jnp.float32)",
+                    "return (jnp.log1p(n) - jnp.log1p(df) + 1.0).astype(jnp.float32)",
+                ),
+                (
+                    "norm = jnp.sqrt((weighted**2).sum(axis=-1, keepdims=True))",
+                    "norm = jnp.linalg.norm(weighted, axis=-1, keepdims=True)",
+                ),
+            ],
+        ),
+    ],
+    "mlp_classifier": [
+        (
+            "jnp.maximum for the ReLU",
+            [("x = jax.nn.relu(layer(x))", "x = jnp.maximum(layer(x), 0.0)")],
+        ),
+    ],
+    "lstm_classifier": [
+        (
+            "the state kept by arithmetic on the mask",
+            [
+                (
+                    "lambda new, old: jnp.where(keep_t, new, old)",
+                    "lambda new, old: new * keep_t + old * ~keep_t",
+                )
+            ],
+            {"slow": True},
+        ),
+    ],
+}

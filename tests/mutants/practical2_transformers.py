@@ -504,6 +504,7 @@ VARIANTS = {
                     "if return_attention:\n            return x, weights\n        return x",
                 ),
             ],
+            {"slow": True},
         ),
     ],
     "transformer_encoder": [
@@ -519,6 +520,7 @@ VARIANTS = {
                     "            maps.append(out[1])\n",
                 ),
             ],
+            {"slow": True},
         ),
     ],
     "classifier": [
@@ -530,6 +532,7 @@ VARIANTS = {
                     "return jnp.squeeze(self.head(pooled), axis=-1)",
                 )
             ],
+            {"slow": True},
         ),
     ],
     "positional_encoding": [

@@ -528,6 +528,140 @@ MUTANTS = {
 }
 
 VARIANTS = {
+    "causal_mask": [
+        (
+            "positions compared",
+            [
+                (
+                    "return jnp.tril(jnp.ones((seq_len, seq_len), jnp.int32))",
+                    "rows = jnp.arange(seq_len)\n"
+                    "    return (rows[None, :] <= rows[:, None]).astype(jnp.int32)",
+                )
+            ],
+        ),
+    ],
+    "decoder_block": [
+        (
+            "a boolean mask",
+            [
+                (
+                    "visible = causal_mask(x.shape[-2])[None, :, :] * jnp.asarray(mask)[:, None, :]",
+                    "visible = (causal_mask(x.shape[-2])[None] != 0) & "
+                    "(jnp.asarray(mask)[:, None, :] != 0)",
+                )
+            ],
+            {"slow": True},
+        ),
+    ],
+    "transformer_decoder": [
+        (
+            "the block's output indexed",
+            [
+                (
+                    "        for block in self.blocks:\n            x, _ = block(x, mask, is_train)\n",
+                    "        for block in self.blocks:\n            x = block(x, mask, is_train)[0]\n",
+                )
+            ],
+            {"slow": True},
+        ),
+    ],
+    "language_model": [
+        (
+            "the decoder called by keyword",
+            [
+                (
+                    "x = self.decoder(x, mask, is_train)\n",
+                    "x = self.decoder(x, mask=mask, is_train=is_train)\n",
+                )
+            ],
+            {"slow": True},
+        ),
+    ],
+    "next_token_loss": [
+        (
+            "the target's log-probability through a one-hot",
+            [
+                (
+                    "picked = jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]",
+                    "picked = (log_probs * jax.nn.one_hot(targets, logits.shape[-1])).sum(-1)",
+                )
+            ],
+        ),
+    ],
+    "attention_cache": [
+        (
+            "the visible keys by a difference of positions",
+            [
+                (
+                    "visible = jnp.arange(keys.shape[2])[None, :] <= positions[:, None]",
+                    "visible = jnp.arange(keys.shape[2])[None, :] - positions[:, None] <= 0",
+                )
+            ],
+            {"slow": True},
+        ),
+    ],
+    "translation_block": [
+        (
+            "the cross-attention by keyword",
+            [
+                (
+                    "read, cross_weights = self.cross_attention(x, memory, memory, source_mask)",
+                    "read, cross_weights = self.cross_attention(\n"
+                    "            q=x, k=memory, v=memory, mask=source_mask\n        )",
+                )
+            ],
+            {"slow": True},
+        ),
+    ],
+    "transformer": [
+        (
+            "decode called by keyword",
+            [
+                (
+                    "return self.decode(target_ids, target_mask, memory, source_mask, is_train)",
+                    "return self.decode(\n            target_ids, target_mask, memory=memory, "
+                    "source_mask=source_mask, is_train=is_train\n        )",
+                )
+            ],
+            {"slow": True},
+        ),
+    ],
+    "shift_right": [
+        (
+            "jnp.roll, then the first set",
+            [
+                (
+                    "    start = jnp.full((*ids.shape[:-1], 1), first, ids.dtype)\n"
+                    "    return jnp.concatenate([start, ids[..., :-1]], axis=-1)",
+                    "    return jnp.roll(ids, 1, axis=-1).at[..., 0].set(first)",
+                )
+            ],
+        ),
+    ],
+    "sequence_loss": [
+        (
+            "the target's log-probability through a one-hot",
+            [
+                (
+                    "picked = jnp.take_along_axis(log_probs, jnp.asarray(targets)[..., None], "
+                    "axis=-1)[..., 0]",
+                    "picked = (log_probs * jax.nn.one_hot(jnp.asarray(targets), "
+                    "logits.shape[-1])).sum(-1)",
+                )
+            ],
+        ),
+    ],
+    "greedy_decode": [
+        (
+            "finished rows zeroed by arithmetic",
+            [
+                (
+                    "new = jnp.where(done, 0, jnp.argmax(logits, axis=-1).astype(start.dtype))",
+                    "new = jnp.argmax(logits, axis=-1).astype(start.dtype) * ~done",
+                )
+            ],
+        ),
+    ],
     "sample_next": [
         # the draws of jax.random.categorical, bit for bit: it is Gumbel-max inside
         (

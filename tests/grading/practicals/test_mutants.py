@@ -15,7 +15,8 @@ called.
 ``VARIANTS = {exercise: [(name, edits), ...]}`` in the same file: correct code written another
 way (a sampler by Gumbel-max rather than jax.random.categorical), which must pass every check
 of its exercise, the hidden checks that cover its targets too, against the reference and
-against its recorded answers."""
+against its recorded answers. A variant may add ``{"slow": True}``: a whole model or stack,
+whose checks take tens of seconds, runs with the slow tests."""
 
 from __future__ import annotations
 
@@ -151,6 +152,19 @@ def test_every_exercise_of_a_practical_with_mutants_has_three():
     assert all(n >= 3 for n in counts.values()), counts
 
 
+def test_every_exercise_of_a_practical_with_mutants_has_a_correct_variant():
+    """Each exercise's checks also run on correct code written another way: a check that
+    refuses a correct answer fails there, where the reference alone would pass it."""
+    practicals = {m[0] for m in MUTANTS}
+    with_variant = {v[1] for v in VARIANTS}
+    missing = [
+        name
+        for name, ex in load_exercises().items()
+        if ex.practical in practicals and name not in with_variant
+    ]
+    assert missing == []
+
+
 TOLD = [m for m in MUTANTS if m[4]]
 
 
@@ -169,8 +183,12 @@ def test_a_mutant_is_told_its_slip_in_a_handout(tmp_path, practical, exercise, s
 
 @pytest.mark.parametrize(
     ("practical", "exercise", "variant", "edits"),
-    [v[:4] for v in VARIANTS],
-    ids=[f"{v[1]}-{v[2]}" for v in VARIANTS] or None,
+    [
+        pytest.param(
+            *v[:4], id=f"{v[1]}-{v[2]}", marks=[pytest.mark.slow] if v[4].get("slow") else []
+        )
+        for v in VARIANTS
+    ],
 )
 def test_a_correct_variant_passes_its_exercise(tmp_path, practical, exercise, variant, edits):
     module = _mutant(tmp_path, practical, edits)
