@@ -1,6 +1,7 @@
 """The README's recipe for a new practical, followed in a scratch copy of the repository: its
-solution file, its checks where practicals live, a mutant where mutants live, then
-`make solutions` (twice: it stops once to have the generated files committed) and `pytest`.
+solution file, its checks where practicals live, a mutant and a correct variant where mutants
+live, then `make solutions` (twice: it stops once to have the generated files committed) and
+`pytest`.
 No other file is edited. The files added are in tests/e2e/new_practical/."""
 
 from __future__ import annotations
@@ -113,9 +114,9 @@ def test_a_practical_is_added_in_one_place(tmp_path):
         capture_output=True,
         text=True,
     )
-    # the stub is graded (not started) and the mutant is caught
+    # the stub is graded (not started), the mutant is caught and the variant passes
     assert re.search(r"self_attention\s+not started\s+0/1\s+0 / 5", graded.stdout), graded.stdout
-    assert "1 passed, 1 skipped" in graded.stdout, graded.stdout[-3000:]
+    assert "2 passed, 1 skipped" in graded.stdout, graded.stdout[-3000:]
     where = subprocess.run(
         [sys.executable, "-c", "import m2l_nlp; print(m2l_nlp.__file__)"],
         cwd=tmp_path,
