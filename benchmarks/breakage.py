@@ -9,6 +9,8 @@ as Markdown with ``--out``.
 
     python benchmarks/breakage.py                                # every module (hours)
     python benchmarks/breakage.py m2l_nlp/runs/folders.py -j 2   # some modules
+    python benchmarks/breakage.py m2l_nlp/grading/practicals/practical3/*.py \
+        --select "causal_mask or greedy_decode"                  # only the tests pytest -k selects
 """
 
 from __future__ import annotations
@@ -103,10 +105,12 @@ def _course_copy(into: Path) -> Path:
     return into
 
 
-def _passes(copy: Path, tests: list[Path], timeout: float) -> bool:
-    """Whether the quick tests of ``tests`` pass in ``copy`` (its m2l_nlp imported first)."""
+def _passes(copy: Path, tests: list[Path], timeout: float, select: str = "") -> bool:
+    """Whether the quick tests of ``tests`` (those ``pytest -k select`` selects, if given)
+    pass in ``copy`` (its m2l_nlp imported first)."""
     env = {**os.environ, "PYTHONPATH": str(copy), "M2L_ROOT": str(copy)}
     command = [sys.executable, "-m", "pytest", *map(str, tests), "-x", "-q", "-m", "not slow"]
+    command += ["-k", select] if select else []
     command += ["-p", "no:cacheprovider", "-p", "no:xdist", "--impl", "solutions"]
     try:
         done = subprocess.run(
@@ -117,7 +121,7 @@ def _passes(copy: Path, tests: list[Path], timeout: float) -> bool:
     return done.returncode == 0
 
 
-def check_module(module: Path, timeout: float) -> tuple[int, list[str], str]:
+def check_module(module: Path, timeout: float, select: str = "") -> tuple[int, list[str], str]:
     """``(functions, names no test notices, note)`` for ``module`` (relative path)."""
     tests = test_files_of(module)
     source = (ROOT / module).read_text()
@@ -126,12 +130,12 @@ def check_module(module: Path, timeout: float) -> tuple[int, list[str], str]:
         return len(functions), [name for name, _, _ in functions], f"no {', '.join(missing)}"
     with tempfile.TemporaryDirectory(prefix="breakage-") as scratch:
         copy = _course_copy(Path(scratch))
-        if not _passes(copy, tests, timeout):
+        if not _passes(copy, tests, timeout, select):
             return len(functions), [], f"{' '.join(map(str, tests))} fails unbroken"
         unnoticed = []
         for name, first, last in functions:
             (copy / module).write_text(broken(source, first, last))
-            if _passes(copy, tests, timeout):
+            if _passes(copy, tests, timeout, select):
                 unnoticed.append(name)
         (copy / module).write_text(source)
     return len(functions), unnoticed, ""
@@ -143,6 +147,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("-j", "--jobs", type=int, default=1, help="modules checked at once")
     parser.add_argument("--timeout", type=float, default=600, help="seconds per test run")
     parser.add_argument("--out", type=Path, help="write the table as Markdown here")
+    parser.add_argument(
+        "--select", default="", help="run only the tests `pytest -k SELECT` selects (a practical's)"
+    )
     args = parser.parse_args(argv)
     modules = [Path(m) for m in args.modules] or sorted(
         p.relative_to(ROOT)
@@ -152,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = ["| module | public functions | no test notices | note |", "|---|---|---|---|"]
     start = time.monotonic()
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
-        futures = {m: pool.submit(check_module, m, args.timeout) for m in modules}
+        futures = {m: pool.submit(check_module, m, args.timeout, args.select) for m in modules}
         for module, future in futures.items():
             count, unnoticed, note = future.result()
             names = ", ".join(f"`{n}`" for n in unnoticed) or "-"
