@@ -128,7 +128,8 @@ def check_module(module: Path, timeout: float, select: str = "") -> tuple[int, l
     functions = public_functions(source)
     if missing := [str(t) for t in tests if not (ROOT / t).is_file()]:
         return len(functions), [name for name, _, _ in functions], f"no {', '.join(missing)}"
-    with tempfile.TemporaryDirectory(prefix="breakage-") as scratch:
+    # a process a test left behind may still write there as the copy goes: the row counts
+    with tempfile.TemporaryDirectory(prefix="breakage-", ignore_cleanup_errors=True) as scratch:
         copy = _course_copy(Path(scratch))
         if not _passes(copy, tests, timeout, select):
             return len(functions), [], f"{' '.join(map(str, tests))} fails unbroken"
@@ -161,7 +162,10 @@ def main(argv: list[str] | None = None) -> int:
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         futures = {m: pool.submit(check_module, m, args.timeout, args.select) for m in modules}
         for module, future in futures.items():
-            count, unnoticed, note = future.result()
+            try:
+                count, unnoticed, note = future.result()
+            except Exception as error:  # noqa: BLE001 - one module's failure is its row's note
+                count, unnoticed, note = 0, [], f"not measured: {type(error).__name__}: {error}"
             names = ", ".join(f"`{n}`" for n in unnoticed) or "-"
             rows.append(f"| `{module}` | {count} | {len(unnoticed)}: {names} | {note} |")
             print(rows[-1], flush=True)
