@@ -128,7 +128,7 @@ def check_module(module: Path, timeout: float, select: str = "") -> tuple[int, l
     functions = public_functions(source)
     if missing := [str(t) for t in tests if not (ROOT / t).is_file()]:
         return len(functions), [name for name, _, _ in functions], f"no {', '.join(missing)}"
-    # a process a test left behind may still write there as the copy goes: the row counts
+    # a process a test left behind may still write there: a failed clean-up must not cost the row
     with tempfile.TemporaryDirectory(prefix="breakage-", ignore_cleanup_errors=True) as scratch:
         copy = _course_copy(Path(scratch))
         if not _passes(copy, tests, timeout, select):
